@@ -1,0 +1,56 @@
+"""The one exception root of tunescope.
+
+Hierarchy::
+
+    TunescopeError            anything tunescope raises on purpose
+    ├── ConfigError           bad input from the user: a malformed --param, an unknown store URL
+    ├── StoreError            the store cannot do what was asked
+    │   ├── SchemaError       the database is corrupt, not ours, or from a newer tunescope
+    │   ├── NotFound          an id or name that does not exist
+    │   └── Conflict          a name that already exists where names are unique
+    └── CollectError          a probe cannot start at all (never raised into training code)
+
+Driver errors (sqlite3, psycopg, NVML) are translated into these at the boundary, so callers
+never catch a driver's exception. The CLI turns them into one-line messages and exit codes;
+nothing below the CLI prints.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CollectError",
+    "ConfigError",
+    "Conflict",
+    "NotFound",
+    "SchemaError",
+    "StoreError",
+    "TunescopeError",
+]
+
+
+class TunescopeError(Exception):
+    """Root of every error tunescope raises on purpose."""
+
+
+class ConfigError(TunescopeError):
+    """Bad input from the user, named in the message."""
+
+
+class StoreError(TunescopeError):
+    """The store cannot do what was asked."""
+
+
+class SchemaError(StoreError):
+    """The database is corrupt, not a tunescope database, or from a newer tunescope."""
+
+
+class NotFound(StoreError):
+    """An id or name that does not exist."""
+
+
+class Conflict(StoreError):
+    """A name that already exists where names must be unique."""
+
+
+class CollectError(TunescopeError):
+    """A probe cannot start at all."""

@@ -1,0 +1,197 @@
+"""The metric catalog: one row per metric, read by the sampler, the store, the API, the page
+and the docs (docs/metrics.md is checked against it by the tests).
+
+Values are stored in base units (bytes, percent, watts, degrees Celsius, MHz, joules, seconds);
+``scale`` turns a stored value into the display ``unit``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Source = Literal["host", "nvml", "gpm", "torch", "sdk"]
+Scope = Literal["trial", "gpu", "host"]
+
+GIB = 1024.0**3
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the catalog.
+
+    key: stable identifier used in the store, the API and URLs (``gpu.mem``).
+    label: what the page and reports call it ("GPU Memory Usage").
+    unit: display unit; ``scale`` multiplies a stored base-unit value into it.
+    source: which probe produces it.
+    scope: ``trial`` (the trial's process tree), ``gpu`` (one series per GPU index) or
+        ``host`` (the whole machine).
+    headline: one of the four metrics of the seed page, shown first.
+    markers: whether optimizer-step and evaluation markers are drawn on its chart.
+    max_value: a fixed top for the y axis in display units (100 for percentages), else None.
+    equivalent: the psutil call or ``nvidia-smi --query-gpu=`` field that gives the same number.
+    description: one sentence for the docs and tooltips.
+    """
+
+    key: str
+    label: str
+    unit: str
+    scale: float
+    source: Source
+    scope: Scope
+    headline: bool
+    markers: bool
+    max_value: float | None
+    equivalent: str
+    description: str
+
+    def display(self, value: float | None) -> float | None:
+        """A stored value in display units; None stays None (missing, never zero)."""
+        return None if value is None else value * self.scale
+
+
+def _m(
+    key: str,
+    label: str,
+    unit: str,
+    source: Source,
+    scope: Scope,
+    equivalent: str,
+    description: str,
+    *,
+    scale: float = 1.0,
+    headline: bool = False,
+    markers: bool = False,
+    max_value: float | None = None,
+) -> Metric:
+    return Metric(
+        key, label, unit, scale, source, scope, headline, markers, max_value, equivalent,
+        description,
+    )
+
+
+CATALOG: tuple[Metric, ...] = (
+    # --- the four headline metrics of the Resource Utilization page ---------------------
+    _m("cpu.util", "CPU Utilization Percent", "%", "host", "trial",
+       "sum of psutil.Process.cpu_times() deltas over the process tree / (wall time x cores "
+       "the trial may use)",
+       "CPU time of the trial's process tree as a percentage of the CPU capacity it may use "
+       "(its cgroup quota or CPU affinity, not the host's core count).",
+       headline=True, max_value=100.0),
+    _m("gpu.util", "GPU Utilization Percent", "%", "nvml", "gpu",
+       "nvidia-smi --query-gpu=utilization.gpu",
+       "Percentage of the last sample period in which one or more kernels ran on the GPU. "
+       "High values do not prove useful work: compare with SM activity.",
+       headline=True, max_value=100.0),
+    _m("cpu.mem", "CPU Memory Usage", "GiB", "host", "trial",
+       "sum of psutil.Process.memory_full_info().pss over the process tree",
+       "RAM held by the trial's process tree, each page counted once (proportional set size, "
+       "so forked data-loader workers that share pages are not double-counted).",
+       scale=1 / GIB, headline=True, markers=True),
+    _m("gpu.mem", "GPU Memory Usage", "GiB", "nvml", "gpu",
+       "nvidia-smi --query-compute-apps=pid,used_memory (summed over the trial's pids)",
+       "VRAM held by the trial's processes on each GPU. Where the driver cannot attribute "
+       "memory to processes, the device's used memory is recorded and the series is flagged.",
+       scale=1 / GIB, headline=True, markers=True),
+    # --- further metrics -------------------------------------------------------------------
+    _m("cpu.mem.limit", "CPU Memory Limit", "GiB", "host", "trial",
+       "cgroup memory.max, else psutil.virtual_memory().total",
+       "The most RAM the trial may hold: its cgroup memory limit, else the host's RAM.",
+       scale=1 / GIB),
+    _m("cpu.capacity", "CPU Capacity", "cores", "host", "trial",
+       "min(cgroup cpu.max quota/period, len(os.sched_getaffinity(pid)))",
+       "How many cores' worth of CPU time the trial may use; 100% CPU utilization means this."),
+    _m("cpu.procs", "Processes", "count", "host", "trial",
+       "len([p] + p.children(recursive=True))",
+       "Number of live processes in the trial's process tree (training, data-loader workers, "
+       "children)."),
+    _m("host.cpu.util", "Host CPU Utilization", "%", "host", "host",
+       "psutil.cpu_percent()",
+       "CPU use of the whole machine across all its cores, every process included.",
+       max_value=100.0),
+    _m("host.mem.used", "Host Memory Used", "GiB", "host", "host",
+       "psutil.virtual_memory().total - available",
+       "RAM in use on the whole machine, every process included.",
+       scale=1 / GIB),
+    _m("gpu.mem.used", "GPU Memory Used (device)", "GiB", "nvml", "gpu",
+       "nvidia-smi --query-gpu=memory.used",
+       "VRAM in use on the whole device, by every process.",
+       scale=1 / GIB, markers=True),
+    _m("gpu.mem.total", "GPU Memory Total", "GiB", "nvml", "gpu",
+       "nvidia-smi --query-gpu=memory.total",
+       "The device's VRAM capacity.",
+       scale=1 / GIB),
+    _m("gpu.mem_bw.util", "GPU Memory Bandwidth Utilization", "%", "nvml", "gpu",
+       "nvidia-smi --query-gpu=utilization.memory",
+       "Percentage of the last sample period in which device memory was read or written.",
+       max_value=100.0),
+    _m("gpu.power", "GPU Power", "W", "nvml", "gpu",
+       "nvidia-smi --query-gpu=power.draw",
+       "Power the board draws. Often a better proxy for real work than GPU utilization."),
+    _m("gpu.power.limit", "GPU Power Limit", "W", "nvml", "gpu",
+       "nvidia-smi --query-gpu=enforced.power.limit",
+       "The power limit the driver enforces on the board."),
+    _m("gpu.temp", "GPU Temperature", "°C", "nvml", "gpu",
+       "nvidia-smi --query-gpu=temperature.gpu",
+       "GPU core temperature."),
+    _m("gpu.clock.sm", "GPU SM Clock", "MHz", "nvml", "gpu",
+       "nvidia-smi --query-gpu=clocks.sm",
+       "Current streaming-multiprocessor clock; drops under thermal or power throttling."),
+    _m("gpu.throttle", "GPU Throttle Reasons", "bitmask", "nvml", "gpu",
+       "nvidia-smi --query-gpu=clocks_event_reasons.active",
+       "NVML clock-event reasons bitmask (0 = none; 0x4 power cap, 0x20/0x40 thermal)."),
+    _m("gpu.energy", "GPU Energy", "kJ", "nvml", "gpu",
+       "nvmlDeviceGetTotalEnergyConsumption (mJ since driver load)",
+       "Energy the board has used since the trial's first sample.",
+       scale=1e-3),
+    _m("gpu.sm_active", "SM Activity", "%", "gpm", "gpu",
+       "NVML GPM NVML_GPM_METRIC_SM_UTIL (DCGM: dcgmi dmon -e 1002)",
+       "Share of streaming multiprocessors busy, averaged over the sample period (NVML GPM, "
+       "Hopper and newer). The true measure of compute, unlike GPU utilization.",
+       max_value=100.0),
+    _m("gpu.tensor_active", "Tensor Core Activity", "%", "gpm", "gpu",
+       "NVML GPM NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+       "Share of time tensor cores were busy (NVML GPM, Hopper and newer).",
+       max_value=100.0),
+    _m("gpu.dram_active", "DRAM Activity", "%", "gpm", "gpu",
+       "NVML GPM NVML_GPM_METRIC_DRAM_BW_UTIL",
+       "Device memory bandwidth used as a percentage of peak (NVML GPM, Hopper and newer).",
+       max_value=100.0),
+    _m("torch.mem.allocated", "Torch Allocated", "GiB", "torch", "gpu",
+       "torch.cuda.memory_allocated(device)",
+       "GPU memory held by live tensors, as the training process's torch allocator sees it.",
+       scale=1 / GIB, markers=True),
+    _m("torch.mem.reserved", "Torch Reserved", "GiB", "torch", "gpu",
+       "torch.cuda.memory_reserved(device)",
+       "GPU memory the torch caching allocator holds, tensors and cache together.",
+       scale=1 / GIB, markers=True),
+    _m("torch.alloc_retries", "Torch Allocation Retries", "count", "torch", "gpu",
+       "torch.cuda.memory_stats(device)['num_alloc_retries']",
+       "Times the caching allocator had to free its cache and retry: a sign of memory "
+       "pressure just short of an out-of-memory error."),
+    _m("train.step_time", "Step Time", "s", "sdk", "trial",
+       "mean interval between batches handed out by trial.watch()",
+       "Mean wall time of one training step (data wait included) over the sample period."),
+    _m("train.data_wait", "Data-Wait Share", "%", "sdk", "trial",
+       "sum of waits for the next batch / sum of step times, from trial.watch()",
+       "Share of step time spent waiting for the next batch: high means input-bound.",
+       max_value=100.0),
+    _m("train.throughput", "Optimizer Steps per Second", "steps/s", "sdk", "trial",
+       "optimizer steps recorded in the sample period / its length",
+       "Training throughput in optimizer steps per second."),
+)
+
+_BY_KEY = {m.key: m for m in CATALOG}
+
+
+def metric(key: str) -> Metric:
+    """The catalog row for ``key``; KeyError names the unknown key."""
+    try:
+        return _BY_KEY[key]
+    except KeyError:
+        raise KeyError(f"unknown metric {key!r}; known: {', '.join(_BY_KEY)}") from None
+
+
+def headline() -> tuple[Metric, ...]:
+    """The four metrics of the seed page, in its order."""
+    return tuple(m for m in CATALOG if m.headline)

@@ -1,0 +1,112 @@
+"""Plain immutable records the store returns. Times are UNIX epoch seconds (float);
+None means missing, never zero."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TrialState = Literal["running", "completed", "failed", "lost", "pruned"]
+TRIAL_STATES: tuple[str, ...] = ("running", "completed", "failed", "lost", "pruned")
+EVENT_KINDS: tuple[str, ...] = ("optimizer_step", "evaluation", "checkpoint", "data_wait", "mark")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: int
+    name: str
+    start: float
+    end: float | None
+    state: str
+    trials: int
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    id: int
+    run_id: int
+    name: str
+    params: dict[str, Any]
+    state: str
+    host: str
+    pids: tuple[int, ...]
+    start: float
+    end: float | None
+    heartbeat: float | None
+    error: str | None
+    interval: float
+
+
+@dataclass(frozen=True)
+class SeriesInfo:
+    id: int
+    trial_id: int
+    metric: str
+    device: str | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Aggregate of the raw samples with ``t_first <= t <= t_last`` (all of them, exactly)."""
+
+    t_first: float
+    t_last: float
+    n: int
+    min: float
+    max: float
+    mean: float
+
+
+@dataclass(frozen=True)
+class Window:
+    """A window of one series: raw samples when few enough, else buckets.
+
+    Exactly one of ``samples`` and ``buckets`` is not None.
+    """
+
+    series: SeriesInfo
+    start: float
+    end: float
+    samples: list[tuple[float, float]] | None = None
+    buckets: list[Bucket] | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    trial_id: int
+    kind: str
+    t: float
+    name: str | None = None
+    step: int | None = None
+    duration: float | None = None
+    value: float | None = None
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class EventBin:
+    kind: str
+    t0: float
+    t1: float
+    count: int
+
+
+@dataclass(frozen=True)
+class EventsWindow:
+    """Events in a window: the events themselves, or counts per bin and kind when too many."""
+
+    start: float
+    end: float
+    total: int
+    events: list[Event] | None = None
+    bins: list[EventBin] | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class Scalar:
+    trial_id: int
+    name: str
+    step: int | None
+    t: float
+    value: float

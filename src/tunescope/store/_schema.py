@@ -1,0 +1,54 @@
+"""The schema, written once for every SQL backend, and its forward migrations.
+
+``{id}``, ``{blob}`` and ``{real}`` are filled in by the dialect. Version N of the schema is
+the result of applying MIGRATIONS[0:N] in order; a database records its version in ``meta``.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 2
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: the first schema
+    (
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE runs (id {id}, name TEXT NOT NULL UNIQUE, t_start {real} NOT NULL)",
+        """CREATE TABLE trials (
+            id {id}, run_id INTEGER NOT NULL REFERENCES runs(id), name TEXT NOT NULL,
+            params TEXT NOT NULL, state TEXT NOT NULL, host TEXT NOT NULL, pids TEXT NOT NULL,
+            t_start {real} NOT NULL, t_end {real}, heartbeat {real}, error TEXT,
+            interval_s {real} NOT NULL, UNIQUE (run_id, name))""",
+        """CREATE TABLE series (
+            id {id}, trial_id INTEGER NOT NULL REFERENCES trials(id), metric TEXT NOT NULL,
+            device TEXT NOT NULL, note TEXT, UNIQUE (trial_id, metric, device))""",
+        """CREATE TABLE chunks (
+            id {id}, series_id INTEGER NOT NULL REFERENCES series(id),
+            t_first {real} NOT NULL, t_last {real} NOT NULL, n INTEGER NOT NULL,
+            vmin {real} NOT NULL, vmax {real} NOT NULL, vsum {real} NOT NULL,
+            data {blob} NOT NULL)""",
+        "CREATE INDEX chunks_by_time ON chunks (series_id, t_first)",
+        """CREATE TABLE pending (
+            series_id INTEGER NOT NULL REFERENCES series(id), t {real} NOT NULL,
+            value {real} NOT NULL)""",
+        "CREATE INDEX pending_by_time ON pending (series_id, t)",
+        """CREATE TABLE events (
+            id {id}, trial_id INTEGER NOT NULL REFERENCES trials(id), kind TEXT NOT NULL,
+            name TEXT, step INTEGER, t {real} NOT NULL, duration {real}, value {real},
+            data TEXT)""",
+        "CREATE INDEX events_by_time ON events (trial_id, t)",
+        """CREATE TABLE scalars (
+            id {id}, trial_id INTEGER NOT NULL REFERENCES trials(id), name TEXT NOT NULL,
+            step INTEGER, t {real} NOT NULL, value {real} NOT NULL)""",
+        "CREATE INDEX scalars_by_name ON scalars (trial_id, name, step)",
+    ),
+    # 2: the longest event interval per trial and kind, so window queries can bound their
+    #    index scan; the exit code of a command run by `tunescope run`
+    (
+        "ALTER TABLE trials ADD COLUMN exit_code INTEGER",
+        """CREATE TABLE event_spans (
+            trial_id INTEGER NOT NULL REFERENCES trials(id), kind TEXT NOT NULL,
+            max_duration {real} NOT NULL, PRIMARY KEY (trial_id, kind))""",
+    ),
+)
+
+assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tunescope.store._codec import F64, decode
+from tunescope.store._codec import BLOCK_DTYPE, F64, decode, decode_many
 from tunescope.store._model import (
     Bucket,
     Event,
@@ -161,8 +161,9 @@ class Store(abc.ABC):
         ordered by time."""
 
     @abc.abstractmethod
-    def _chunk_blobs(self, chunk_ids: Sequence[int]) -> dict[int, bytes]:
-        """The encoded blobs of the given chunks."""
+    def _chunk_blobs(self, chunk_ids: Sequence[int], column: str = "data") -> dict[int, bytes]:
+        """The encoded samples (``data``) or block summaries (``blocks``) of the given
+        chunks."""
 
     @abc.abstractmethod
     def _pending(self, series_id: int, start: float, end: float) -> tuple[F64, F64]:
@@ -234,53 +235,64 @@ class Store(abc.ABC):
     def window(self, series_id: int, start: float, end: float, points: int) -> Window:
         """A window [start, end] of a series as at most ``points`` buckets.
 
-        The window is cut into ``points`` equal spans; each non-empty span becomes a Bucket
-        holding the exact count, min, max and mean of the raw samples inside it, so a spike
-        is never averaged away. When the window holds no more than ``points`` samples, the raw
-        samples are returned instead. Cost is bounded whatever the window's length: chunks
-        that lie inside one span contribute their stored summary; only chunks cut by a span
-        edge are decoded (at most points + 1 of them).
+        The window is cut into ``points`` equal spans. Every raw sample in the window lands in
+        exactly one bucket, and each bucket holds the exact count, min, max and mean of the
+        samples it covers (``t_first`` to ``t_last``), so a spike is never averaged away.
+        When the window holds no more than ``points`` samples, the raw samples are returned.
+
+        Cost is bounded whatever the window's length, by working at three resolutions: a chunk
+        (CHUNK_SAMPLES samples) or a block (BLOCK_SAMPLES) no longer than a span goes whole
+        into the span holding its midpoint, using its stored summary; only chunks with a
+        block longer than a span, and the two cut by the window's edges, are decoded. A span
+        shorter than a block means a window of fewer than points x BLOCK_SAMPLES samples.
+        Assigning whole items by midpoint keeps buckets ordered and disjoint, since items
+        never overlap in time.
         """
         if points < 1:
             raise ValueError("points must be at least 1")
         if not end > start:
             raise ValueError("a window needs end > start")
         info = self._series_info(series_id)
-        summaries = self._chunk_summaries(series_id, start, end)
+        summ = self._chunk_summaries(series_id, start, end)
         pt, pv = self._pending(series_id, start, end)
-        inside = [c for c in summaries if c[1] >= start and c[2] <= end]
-        approx = sum(c[3] for c in inside) + (len(summaries) - len(inside)) * 1 + len(pt)
         width = (end - start) / points
-
-        def span(t: float) -> int:
-            return min(points - 1, int((t - start) / width))
-
-        whole: list[tuple[int, float, float, int, float, float, float]] = []
-        cut: list[int] = []
-        if approx <= points * 2:
-            cut = [c[0] for c in summaries]
-        else:
-            for c in summaries:
-                if c[1] >= start and c[2] <= end and span(c[1]) == span(c[2]):
-                    whole.append(c)
-                else:
-                    cut.append(c[0])
-        blobs = self._chunk_blobs(cut)
-        ts_parts: list[F64] = [pt]
-        vs_parts: list[F64] = [pv]
-        for cid in cut:
-            t, v = decode(blobs[cid])
-            keep = (t >= start) & (t <= end)
-            ts_parts.append(t[keep])
-            vs_parts.append(v[keep])
-        ts = np.concatenate(ts_parts)
-        vs = np.concatenate(vs_parts)
-        total = len(ts) + sum(c[3] for c in whole)
-        if total <= points and not whole:
-            order = np.argsort(ts, kind="stable")
+        parts = _Parts()
+        parts.samples(pt, pv)
+        if summ:
+            c = np.asarray(summ, dtype=np.float64)
+            ids = c[:, 0].astype(np.int64)
+            inside = (c[:, 1] >= start) & (c[:, 2] <= end)
+            if c[inside, 3].sum() + len(pt) <= 2 * points:
+                whole = np.zeros(len(c), dtype=bool)
+                finer = np.zeros(len(c), dtype=bool)
+            else:
+                whole = inside & (c[:, 2] - c[:, 1] <= width)
+                finer = inside & ~whole
+            parts.items(c[whole, 1], c[whole, 2], c[whole, 3], c[whole, 4], c[whole, 5],
+                        c[whole, 6])
+            decode_ids = ids[~inside | (~whole & ~finer)].tolist()
+            finer_ids = ids[finer].tolist()
+            if finer_ids:
+                blocks = self._chunk_blobs(finer_ids, "blocks")
+                recs = [np.frombuffer(blocks[i], dtype=BLOCK_DTYPE) for i in finer_ids]
+                ok = [bool(np.all(r["t_last"] - r["t_first"] <= width)) for r in recs]
+                good = [r for r, k in zip(recs, ok, strict=True) if k]
+                if good:
+                    b = np.concatenate(good)
+                    parts.items(b["t_first"], b["t_last"], b["n"].astype(np.float64),
+                                b["min"].astype(np.float64), b["max"].astype(np.float64),
+                                b["sum"])
+                decode_ids += [i for i, k in zip(finer_ids, ok, strict=True) if not k]
+            if decode_ids:
+                blobs = self._chunk_blobs(decode_ids)
+                ts, vs, _ = decode_many([blobs[i] for i in decode_ids])
+                keep = (ts >= start) & (ts <= end)
+                parts.samples(ts[keep], vs[keep])
+        if not parts.has_items() and parts.sample_count() <= points:
+            ts, vs = parts.sorted_samples()
             return Window(info, start, end,
-                          samples=list(zip(ts[order].tolist(), vs[order].tolist(), strict=True)))
-        return Window(info, start, end, buckets=_bucketize(ts, vs, whole, start, width, points))
+                          samples=list(zip(ts.tolist(), vs.tolist(), strict=True)))
+        return Window(info, start, end, buckets=parts.buckets(start, width, points))
 
     def events(self, trial_id: int, start: float, end: float,
                kinds: Sequence[str] | None = None, limit: int = 2000) -> EventsWindow:
@@ -300,44 +312,61 @@ class Store(abc.ABC):
     def _series_info(self, series_id: int) -> SeriesInfo: ...
 
 
-def _bucketize(ts: F64, vs: F64, whole: list[tuple[int, float, float, int, float, float, float]],
-               start: float, width: float, points: int) -> list[Bucket]:
-    """Merge decoded samples and whole-chunk summaries into per-span buckets."""
-    n = len(ts) + len(whole)
-    idx = np.empty(n, dtype=np.int64)
-    t_lo = np.empty(n)
-    t_hi = np.empty(n)
-    cnt = np.empty(n, dtype=np.int64)
-    vmin = np.empty(n)
-    vmax = np.empty(n)
-    vsum = np.empty(n)
-    k = len(ts)
-    idx[:k] = np.minimum(points - 1, ((ts - start) / width).astype(np.int64))
-    t_lo[:k] = ts
-    t_hi[:k] = ts
-    cnt[:k] = 1
-    vmin[:k] = vs
-    vmax[:k] = vs
-    vsum[:k] = vs
-    if whole:
-        w = np.array([c[1:] for c in whole], dtype=np.float64)
-        idx[k:] = np.minimum(points - 1, ((w[:, 0] - start) / width).astype(np.int64))
-        t_lo[k:] = w[:, 0]
-        t_hi[k:] = w[:, 1]
-        cnt[k:] = w[:, 2].astype(np.int64)
-        vmin[k:] = w[:, 3]
-        vmax[k:] = w[:, 4]
-        vsum[k:] = w[:, 5]
-    order = np.argsort(idx, kind="stable")
-    idx = idx[order]
-    starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
-    counts = np.add.reduceat(cnt[order], starts)
-    sums = np.add.reduceat(vsum[order], starts)
-    mins = np.minimum.reduceat(vmin[order], starts)
-    maxs = np.maximum.reduceat(vmax[order], starts)
-    firsts = np.minimum.reduceat(t_lo[order], starts)
-    lasts = np.maximum.reduceat(t_hi[order], starts)
-    return [
-        Bucket(float(a), float(b), int(c), float(lo), float(hi), float(s / c))
-        for a, b, c, lo, hi, s in zip(firsts, lasts, counts, mins, maxs, sums, strict=True)
-    ]
+class _Parts:
+    """Items (whole chunks or blocks, as summaries) and raw samples gathered for a window."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[F64, F64, F64, F64, F64, F64]] = []
+        self._samples: list[tuple[F64, F64]] = []
+
+    def items(self, t_first: F64, t_last: F64, n: F64, vmin: F64, vmax: F64,
+              vsum: F64) -> None:
+        if len(t_first):
+            self._items.append((t_first, t_last, n, vmin, vmax, vsum))
+
+    def samples(self, ts: F64, vs: F64) -> None:
+        if len(ts):
+            self._samples.append((ts, vs))
+
+    def has_items(self) -> bool:
+        return bool(self._items)
+
+    def sample_count(self) -> int:
+        return sum(len(t) for t, _ in self._samples)
+
+    def sorted_samples(self) -> tuple[F64, F64]:
+        if not self._samples:
+            return np.empty(0), np.empty(0)
+        ts = np.concatenate([t for t, _ in self._samples])
+        vs = np.concatenate([v for _, v in self._samples])
+        order = np.argsort(ts, kind="stable")
+        return ts[order], vs[order]
+
+    def buckets(self, start: float, width: float, points: int) -> list[Bucket]:
+        """Merge every item and sample into per-span buckets."""
+        cols: list[list[F64]] = ([list(x) for x in zip(*self._items, strict=True)]
+                                  if self._items else [[] for _ in range(6)])
+        for ts, vs in self._samples:
+            for col, arr in zip(cols, (ts, ts, np.ones(len(ts)), vs, vs, vs), strict=True):
+                col.append(arr)
+        t_lo, t_hi, cnt, vmin, vmax, vsum = (np.concatenate(c) if c else np.empty(0)
+                                             for c in cols)
+        if not len(t_lo):
+            return []
+        rep = (t_lo + t_hi) / 2.0
+        idx = np.clip(((rep - start) / width).astype(np.int64), 0, points - 1)
+        order = np.argsort(idx, kind="stable")
+        idx = idx[order]
+        starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+        counts = np.add.reduceat(cnt[order], starts)
+        sums = np.add.reduceat(vsum[order], starts)
+        mins = np.minimum.reduceat(vmin[order], starts)
+        maxs = np.maximum.reduceat(vmax[order], starts)
+        firsts = np.minimum.reduceat(t_lo[order], starts)
+        lasts = np.maximum.reduceat(t_hi[order], starts)
+        return [
+            Bucket(a, b, int(c), lo, hi, s / c)
+            for a, b, c, lo, hi, s in zip(firsts.tolist(), lasts.tolist(), counts.tolist(),
+                                          mins.tolist(), maxs.tolist(), sums.tolist(),
+                                          strict=True)
+        ]

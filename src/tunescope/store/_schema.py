@@ -25,7 +25,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             id {id}, series_id INTEGER NOT NULL REFERENCES series(id),
             t_first {real} NOT NULL, t_last {real} NOT NULL, n INTEGER NOT NULL,
             vmin {real} NOT NULL, vmax {real} NOT NULL, vsum {real} NOT NULL,
-            data {blob} NOT NULL)""",
+            data {blob} NOT NULL, blocks {blob} NOT NULL)""",
         "CREATE INDEX chunks_by_time ON chunks (series_id, t_first)",
         """CREATE TABLE pending (
             series_id INTEGER NOT NULL REFERENCES series(id), t {real} NOT NULL,

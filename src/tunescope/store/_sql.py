@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tunescope.errors import Conflict, NotFound, SchemaError, StoreError
-from tunescope.store._codec import MAX_DELTA_MS, F64, encode, to_stored
+from tunescope.store._codec import MAX_DELTA_MS, F64, encode, encode_blocks, to_stored
 from tunescope.store._contract import CHUNK_SAMPLES, Store
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
 from tunescope.store._schema import MIGRATIONS, SCHEMA_VERSION
@@ -403,10 +403,10 @@ class SQLStore(Store, abc.ABC):
         for a, b in zip(cuts[:-1], cuts[1:], strict=True):
             t, v = ts[a:b], vs[a:b]
             rows.append((sid, float(t[0]), float(t[-1]), b - a, float(v.min()), float(v.max()),
-                         float(v.sum()), encode(t, v)))
+                         float(v.sum()), encode(t, v), encode_blocks(t, v)))
         cur.executemany(self._sql(
-            "INSERT INTO chunks (series_id, t_first, t_last, n, vmin, vmax, vsum, data) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"), rows)
+            "INSERT INTO chunks (series_id, t_first, t_last, n, vmin, vmax, vsum, data, blocks) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"), rows)
 
     def compact(self, series_id: int | None = None) -> None:
         with self._tx() as cur:
@@ -456,13 +456,15 @@ class SQLStore(Store, abc.ABC):
         with self._tx() as cur:
             return [tuple(r) for r in self._q(cur, stmt + " ORDER BY t_first", args).fetchall()]
 
-    def _chunk_blobs(self, chunk_ids: Sequence[int]) -> dict[int, bytes]:
+    def _chunk_blobs(self, chunk_ids: Sequence[int], column: str = "data") -> dict[int, bytes]:
+        if column not in ("data", "blocks"):
+            raise ValueError(f"no chunk column {column!r}")
         out: dict[int, bytes] = {}
         with self._tx() as cur:
             for i in range(0, len(chunk_ids), 500):
                 part = list(chunk_ids[i:i + 500])
                 marks = ", ".join("?" * len(part))
-                for cid, data in self._q(cur, f"SELECT id, data FROM chunks WHERE id IN ({marks})",
+                for cid, data in self._q(cur, f"SELECT id, {column} FROM chunks WHERE id IN ({marks})",
                                          part).fetchall():
                     out[int(cid)] = bytes(data)
         return out

@@ -1,0 +1,179 @@
+"""One suite, every backend: SQLite always, PostgreSQL when TUNESCOPE_TEST_POSTGRES is set."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from tunescope.errors import Conflict, NotFound, StoreError
+from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
+
+T0 = 1_700_000_000.0
+
+
+def _trial(store: Store, run: str = "r") -> int:
+    r = store.ensure_run(run, start=T0)
+    return store.create_trial(r.id, params={"lr": 0.01}, start=T0).id
+
+
+def test_runs_are_unique_by_name_and_listed_newest_first(store: Store) -> None:
+    a = store.ensure_run("alpha", start=T0)
+    b = store.ensure_run("beta", start=T0 + 10)
+    assert store.ensure_run("alpha").id == a.id
+    assert [r.name for r in store.list_runs()] == ["beta", "alpha"]
+    assert store.get_run("beta").id == b.id
+    assert store.get_run(a.id).name == "alpha"
+    with pytest.raises(NotFound):
+        store.get_run("gamma")
+
+
+def test_trials_default_names_params_and_conflicts(store: Store) -> None:
+    r = store.ensure_run("r", start=T0)
+    t0 = store.create_trial(r.id, params={"lr": 0.1, "bs": 8}, host="h", pids=[1, 2])
+    t1 = store.create_trial(r.id)
+    assert (t0.name, t1.name) == ("trial-0", "trial-1")
+    assert t0.params == {"lr": 0.1, "bs": 8} and t0.pids == (1, 2) and t0.state == "running"
+    with pytest.raises(Conflict):
+        store.create_trial(r.id, name="trial-0")
+    with pytest.raises(NotFound):
+        store.create_trial(9999)
+    with pytest.raises(StoreError):
+        store.create_trial(r.id, params={"f": object()})
+    assert [t.name for t in store.list_trials(r.id)] == ["trial-0", "trial-1"]
+    assert store.find_trial(r.id, "trial-1").id == t1.id
+
+
+def test_trial_states_and_lost(store: Store) -> None:
+    r = store.ensure_run("r", start=T0)
+    t = store.create_trial(r.id, start=time.time())
+    assert store.update_trial(t.id, state="completed", end=time.time(), exit_code=0)
+    got = store.get_trial(t.id)
+    assert got.state == "completed" and got.end is not None
+    assert store.exit_code(t.id) == 0
+    assert store.get_run("r").state == "completed"
+    assert not store.update_trial(t.id, state="failed", only_if_running=True)
+    assert store.get_trial(t.id).state == "completed"
+    old = store.create_trial(r.id, start=time.time() - 3600)
+    assert store.get_trial(old.id).state == "lost"
+    store.update_trial(old.id, heartbeat=time.time())
+    assert store.get_trial(old.id).state == "running"
+    assert store.get_run("r").state == "running"
+    with pytest.raises(NotFound):
+        store.update_trial(12345, state="failed")
+
+
+def test_samples_round_trip_as_float32_with_ms_times(store: Store) -> None:
+    tid = _trial(store)
+    s = store.series(tid, "cpu.util")
+    ts = T0 + np.arange(1000) * 1.0 + 0.0004
+    vs = np.linspace(0, 100, 1000) + 1 / 3
+    store.append_samples((s.id, float(t), float(v)) for t, v in zip(ts, vs, strict=True))
+    got_t, got_v = store.read_samples(s.id)
+    assert len(got_t) == 1000
+    assert np.array_equal(got_v, vs.astype(np.float32).astype(np.float64))
+    assert np.allclose(got_t, np.round(ts, 3), atol=1e-6)
+    store.compact()
+    assert np.array_equal(store.read_samples(s.id)[1], got_v)
+    assert store.series_extent(s.id) == (pytest.approx(got_t[0]), pytest.approx(got_t[-1]), 1000)
+
+
+def test_samples_are_append_only_and_finite(store: Store) -> None:
+    tid = _trial(store)
+    s = store.series(tid, "cpu.mem")
+    store.append_samples([(s.id, T0 + 10, 1.0)])
+    with pytest.raises(StoreError, match="older than the last stored"):
+        store.append_samples([(s.id, T0 + 5, 1.0)])
+    with pytest.raises(StoreError, match="finite"):
+        store.append_samples([(s.id, T0 + 20, math.nan)])
+    # nothing of a failed batch is kept
+    with pytest.raises(StoreError):
+        store.append_samples([(s.id, T0 + 30, 1.0), (s.id, T0 + 31, math.inf)])
+    assert len(store.read_samples(s.id)[0]) == 1
+
+
+def test_series_identity_devices_and_notes(store: Store) -> None:
+    tid = _trial(store)
+    a = store.series(tid, "gpu.mem", "0")
+    b = store.series(tid, "gpu.mem", "1", note="device-wide")
+    assert store.series(tid, "gpu.mem", "0").id == a.id
+    assert b.note == "device-wide" and a.device == "0"
+    c = store.series(tid, "cpu.util")
+    assert c.device is None
+    assert [(x.metric, x.device) for x in store.list_series(tid)] == [
+        ("cpu.util", None), ("gpu.mem", "0"), ("gpu.mem", "1")]
+    assert len(store.list_series(tid, "gpu.mem")) == 2
+    with pytest.raises(NotFound):
+        store.series(999, "cpu.util")
+
+
+def test_window_buckets_keep_spikes_across_chunks_and_pending(store: Store) -> None:
+    tid = _trial(store)
+    s = store.series(tid, "gpu.util", "0")
+    n = CHUNK_SAMPLES * 20 + 17  # whole chunks plus a pending tail
+    ts = T0 + np.arange(n, dtype=np.float64)
+    vs = np.full(n, 10.0)
+    vs[1234] = 99.0  # a one-second spike
+    vs[n - 3] = -5.0  # a dip in the pending tail
+    store.append_samples((s.id, float(t), float(v)) for t, v in zip(ts, vs, strict=True))
+    w = store.window(s.id, T0, T0 + n, 100)
+    assert w.buckets is not None and w.samples is None
+    assert len(w.buckets) <= 100
+    assert sum(b.n for b in w.buckets) == n
+    assert max(b.max for b in w.buckets) == 99.0
+    assert min(b.min for b in w.buckets) == -5.0
+    spike = [b for b in w.buckets if b.max == 99.0][0]
+    assert spike.t_first <= T0 + 1234 <= spike.t_last
+    few = store.window(s.id, T0 + 100, T0 + 150, 100)
+    assert few.samples is not None and len(few.samples) == 51
+
+
+def test_events_window_intervals_and_binning(store: Store) -> None:
+    tid = _trial(store)
+    evs = [Event(tid, "optimizer_step", T0 + i * 0.01, name="SGD", step=i + 1)
+           for i in range(5000)]
+    evs.append(Event(tid, "evaluation", T0 + 50.5, name="eval", duration=19.0))
+    evs.append(Event(tid, "checkpoint", T0 + 75, name="adapter",
+                     data={"path": "/x", "bytes": 10}))
+    assert store.add_events(evs) == 5002
+    # an evaluation that began before the window still shows
+    w = store.events(tid, T0 + 60, T0 + 80, limit=100)
+    assert w.events is not None
+    assert {e.kind for e in w.events} == {"evaluation", "checkpoint"}
+    ck = [e for e in w.events if e.kind == "checkpoint"][0]
+    assert ck.data == {"path": "/x", "bytes": 10}
+    dense = store.events(tid, T0, T0 + 100, limit=100)
+    assert dense.total == 5002 and dense.events is None and dense.bins is not None
+    steps = sum(b.count for b in dense.bins if b.kind == "optimizer_step")
+    assert steps == 5000
+    ev_bins = [b for b in dense.bins if b.kind == "evaluation"]
+    # the 19 s interval over 1 s bins is counted in each of the 20 bins it touches
+    assert [round(b.t0 - T0) for b in ev_bins] == list(range(50, 70))
+    only = store.events(tid, T0, T0 + 1, kinds=["optimizer_step"], limit=1000)
+    assert only.events is not None and [e.step for e in only.events][:3] == [1, 2, 3]
+
+
+def test_scalars(store: Store) -> None:
+    tid = _trial(store)
+    store.add_scalars([Scalar(tid, "loss", i, T0 + i, 1.0 / (i + 1)) for i in range(10)])
+    store.add_scalars([Scalar(tid, "eval/acc", 5, T0 + 5, 0.8),
+                       Scalar(tid, "bad", 1, T0, math.nan)])
+    assert store.scalar_names(tid) == ["eval/acc", "loss"]
+    loss = store.scalars(tid, "loss")
+    assert [s.step for s in loss] == list(range(10)) and loss[1].value == 0.5
+
+
+def test_two_connections_see_each_others_writes(store_url: str) -> None:
+    a = open_store(store_url)
+    b = open_store(store_url)
+    try:
+        tid = _trial(a)
+        s = a.series(tid, "cpu.util")
+        a.append_samples([(s.id, T0 + 1, 5.0)])
+        assert b.read_samples(s.id)[1].tolist() == [5.0]
+        assert b.get_trial(tid).params == {"lr": 0.01}
+    finally:
+        a.close()
+        b.close()

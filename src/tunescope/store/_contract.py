@@ -294,6 +294,11 @@ class Store(abc.ABC):
                           samples=list(zip(ts.tolist(), vs.tolist(), strict=True)))
         return Window(info, start, end, buckets=parts.buckets(start, width, points))
 
+    def count_events(self, trial_id: int, kinds: Sequence[str] | None = None,
+                     start: float = -np.inf, end: float = np.inf) -> int:
+        """How many events (of the given kinds) overlap [start, end]."""
+        return self._count_events(trial_id, start, end, kinds)
+
     def events(self, trial_id: int, start: float, end: float,
                kinds: Sequence[str] | None = None, limit: int = 2000) -> EventsWindow:
         """Events whose interval [t, t + duration] overlaps [start, end]. When more than

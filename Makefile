@@ -1,0 +1,49 @@
+# One task runner for people and CI. `make demo` and `make test` do all set-up themselves.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+STATIC  := src/tunescope/server/static/index.html
+WEB_SRC := $(wildcard web/src/* web/*.json web/*.mjs web/*.ts web/*.html)
+
+.PHONY: setup web browser demo test lint format bench clean
+
+setup: $(STAMP) $(STATIC)
+
+# torch 2.13.0 first: the CPU build on this disk. The package itself only asks torch>=2.1.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,server,postgres,gpu,torch]'
+	touch $(STAMP)
+
+web: $(STATIC)
+$(STATIC): $(WEB_SRC)
+	cd web && npm ci --no-audit --no-fund --loglevel=error && npm run build
+
+# Debian's Chromium for the browser tests (Playwright cannot download browsers here).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+demo: setup
+	$(BIN)/tunescope demo
+
+test: setup browser
+	$(BIN)/pytest -q
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+bench: setup browser
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) web/node_modules src/tunescope/server/static bench/out

@@ -1,0 +1,80 @@
+"""Per-trial summaries: peak and mean of each metric, and how many training events ran."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tunescope.metrics import headline, metric
+from tunescope.store import Store, TrialInfo
+
+__all__ = ["MetricSummary", "TrialSummary", "summarize_trial"]
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    """Peak and time-weighted mean of one metric over a trial, in base units.
+
+    For per-GPU metrics, ``peak`` is the highest of any device and ``mean`` the mean over
+    every sample of every device; ``devices`` says how many there were."""
+
+    metric: str
+    peak: float
+    mean: float
+    samples: int
+    devices: int
+
+
+@dataclass(frozen=True)
+class TrialSummary:
+    trial: TrialInfo
+    metrics: dict[str, MetricSummary]
+    optimizer_steps: int
+    evaluations: int
+    checkpoints: int
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.trial.end is None else self.trial.end - self.trial.start
+
+
+def summarize_metric(store: Store, trial_id: int, key: str) -> MetricSummary | None:
+    """Peak and mean of one metric over the whole trial; None when it was never recorded.
+
+    Reads one bucket per series, which the store answers from chunk summaries."""
+    metric(key)  # unknown keys fail loudly
+    peak = float("-inf")
+    total = 0.0
+    n = 0
+    series = store.list_series(trial_id, key)
+    for s in series:
+        extent = store.series_extent(s.id)
+        if extent is None:
+            continue
+        first, last, _ = extent
+        w = store.window(s.id, first, last + 1e-3, 1)
+        if w.buckets:
+            b = w.buckets[0]
+            peak, total, n = max(peak, b.max), total + b.mean * b.n, n + b.n
+        elif w.samples:
+            vals = [v for _, v in w.samples]
+            peak, total, n = max(peak, *vals), total + sum(vals), n + len(vals)
+    if n == 0:
+        return None
+    return MetricSummary(key, peak, total / n, n, len(series))
+
+
+def summarize_trial(store: Store, trial: TrialInfo,
+                    keys: tuple[str, ...] | None = None) -> TrialSummary:
+    """The headline metrics (or ``keys``) and event counts of one trial."""
+    keys = keys if keys is not None else tuple(m.key for m in headline())
+    metrics = {}
+    for k in keys:
+        s = summarize_metric(store, trial.id, k)
+        if s is not None:
+            metrics[k] = s
+    return TrialSummary(
+        trial, metrics,
+        optimizer_steps=store.count_events(trial.id, ["optimizer_step"]),
+        evaluations=store.count_events(trial.id, ["evaluation"]),
+        checkpoints=store.count_events(trial.id, ["checkpoint"]),
+    )

@@ -1,0 +1,249 @@
+"""The `tunescope` command. Errors from below arrive as TunescopeError and leave here as one
+line on stderr with exit code 2; nothing below the CLI prints."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tunescope.analyze import summarize_trial
+from tunescope.cli import _format as fmt
+from tunescope.errors import ConfigError, NotFound
+from tunescope.metrics import CATALOG, metric
+from tunescope.store import Store, TrialInfo, open_store
+
+app = typer.Typer(
+    name="tunescope",
+    help="Second-by-second hardware use of every trial of an ML fine-tune, tied to what "
+    "training was doing.",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+StoreOpt = Annotated[str | None, typer.Option(
+    "--store", help="Store URL: a SQLite file path (default ./tunescope.db, or "
+    "$TUNESCOPE_STORE) or postgresql://...", show_default=False)]
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    cmd: Annotated[list[str] | None, typer.Argument(
+        help="The command to run, after --", show_default=False)] = None,
+    run_name: Annotated[str | None, typer.Option(
+        "--run", help="Run to add the trial to (created if new); default CMD-DATE.")] = None,
+    trial: Annotated[str | None, typer.Option(
+        "--trial", help="Trial name; default trial-N.")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help="A trial parameter KEY=VALUE (VALUE read as JSON if it parses); "
+        "repeatable.")] = None,
+    store: StoreOpt = None,
+    interval: Annotated[float, typer.Option(
+        "--interval", help="Seconds between samples (0.1 to 3600).")] = 1.0,
+) -> None:
+    """Run CMD as a trial: sample its process tree, record its end state.
+
+    Example: tunescope run --run sweep --param lr=3e-4 -- python train.py
+    CMD's exit code is passed through (128+N when killed by signal N)."""
+    from tunescope.cli._run import run_command
+
+    code = run_command(cmd or [], run=run_name, trial=trial, params=param or [],
+                       store=store, interval=interval)
+    raise typer.Exit(code)
+
+
+def _runs_rows(st: Store) -> list[list[str]]:
+    rows = []
+    for r in st.list_runs():
+        peaks: dict[str, float] = {}
+        for t in st.list_trials(r.id):
+            summ = summarize_trial(st, t)
+            for k, m in summ.metrics.items():
+                peaks[k] = max(peaks.get(k, -math.inf), m.peak)
+        end = r.end
+        rows.append([r.name, r.state, str(r.trials), fmt.when(r.start),
+                     fmt.duration(None if end is None else end - r.start),
+                     fmt.value("cpu.mem", peaks.get("cpu.mem")),
+                     fmt.value("gpu.mem", peaks.get("gpu.mem"))])
+    return rows
+
+
+@app.command()
+def runs(store: StoreOpt = None) -> None:
+    """List runs: state, trials, start, duration and peak memory."""
+    with open_store(store) as st:
+        rows = _runs_rows(st)
+    if not rows:
+        typer.echo("no runs yet")
+        return
+    typer.echo(fmt.table(["run", "state", "trials", "start", "duration", "peak RAM",
+                          "peak VRAM"], rows))
+
+
+def trials_table(st: Store, run_ref: str) -> str:
+    """The per-trial table of `tunescope trials` and the demo: state, duration, peak and mean
+    of the four headline metrics, optimizer steps, evaluations, checkpoints."""
+    r = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref)
+    rows = []
+    for t in st.list_trials(r.id):
+        s = summarize_trial(st, t)
+
+        def pm(key: str, s: Any = s) -> str:
+            m = s.metrics.get(key)
+            if m is None:
+                return "-"
+            return f"{fmt.value(key, m.peak)} / {fmt.value(key, m.mean)}"
+
+        params = ", ".join(f"{k}={v}" for k, v in t.params.items())
+        rows.append([t.name, t.state, fmt.duration(s.duration), pm("cpu.util"), pm("cpu.mem"),
+                     pm("gpu.util"), pm("gpu.mem"), str(s.optimizer_steps),
+                     str(s.evaluations), str(s.checkpoints), params or "-"])
+    return fmt.table(["trial", "state", "duration", "CPU peak/mean", "RAM peak/mean",
+                      "GPU peak/mean", "VRAM peak/mean", "steps", "evals", "ckpts", "params"],
+                     rows)
+
+
+@app.command()
+def trials(
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run name or id.")],
+    store: StoreOpt = None,
+) -> None:
+    """List a run's trials with states, durations and peaks.
+
+    Columns: state, duration, peak/mean of the four headline metrics, optimizer steps,
+    evaluations, checkpoints and params."""
+    with open_store(store) as st:
+        typer.echo(trials_table(st, run_ref))
+
+
+def _select_trials(st: Store, run_ref: str, trial: str | None) -> tuple[float, list[TrialInfo]]:
+    r = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref)
+    ts = st.list_trials(r.id)
+    if trial is not None:
+        ts = [t for t in ts if t.name == trial]
+        if not ts:
+            raise NotFound(f"run {r.name!r} has no trial {trial!r}")
+    return r.start, ts
+
+
+@app.command()
+def export(
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run name or id.")],
+    trial: Annotated[str | None, typer.Option("--trial", help="Only this trial.")] = None,
+    metric_key: Annotated[str | None, typer.Option(
+        "--metric", help="Only this metric key (see docs/metrics.md).")] = None,
+    what: Annotated[str, typer.Option(
+        "--what", help="samples or events (csv); json carries both.")] = "samples",
+    out_format: Annotated[str, typer.Option("--format", help="csv or json.")] = "csv",
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write to this file instead of stdout.")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Export a run's raw samples or events as CSV or JSON.
+
+    Samples: run,trial,metric,device,t,elapsed_s,value (value in the metric's base unit).
+    Events: run,trial,kind,name,step,t,elapsed_s,duration_s."""
+    if out_format not in ("csv", "json"):
+        raise ConfigError(f"unknown --format {out_format!r}: use csv or json")
+    if what not in ("samples", "events"):
+        raise ConfigError(f"unknown --what {what!r}: use samples or events")
+    if metric_key is not None:
+        try:
+            metric(metric_key)
+        except KeyError as exc:
+            raise ConfigError(str(exc.args[0])) from None
+    with open_store(store) as st:
+        run_name = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref).name
+        t0, selected = _select_trials(st, run_ref, trial)
+        samples: list[list[Any]] = []
+        events: list[list[Any]] = []
+        for t in selected:
+            if out_format == "json" or what == "samples":
+                for s in st.list_series(t.id, metric_key):
+                    ts, vs = st.read_samples(s.id)
+                    samples.extend([run_name, t.name, s.metric, s.device or "", a,
+                                    round(a - t0, 3), b]
+                                   for a, b in zip(ts.tolist(), vs.tolist(), strict=True))
+            if out_format == "json" or what == "events":
+                w = st.events(t.id, -math.inf, math.inf, limit=sys.maxsize)
+                events.extend([run_name, t.name, e.kind, e.name or "", e.step, e.t,
+                               round(e.t - t0, 3), e.duration] for e in (w.events or []))
+    s_head = ["run", "trial", "metric", "device", "t", "elapsed_s", "value"]
+    e_head = ["run", "trial", "kind", "name", "step", "t", "elapsed_s", "duration_s"]
+    sink = sys.stdout if out is None else out.open("w", newline="", encoding="utf-8")
+    try:
+        if out_format == "json":
+            json.dump({"samples": [dict(zip(s_head, r, strict=True)) for r in samples],
+                       "events": [dict(zip(e_head, r, strict=True)) for r in events]}, sink)
+            sink.write("\n")
+        else:
+            w = csv.writer(sink, lineterminator="\n")
+            head, rows = (s_head, samples) if what == "samples" else (e_head, events)
+            w.writerow(head)
+            w.writerows(["" if c is None else c for c in r] for r in rows)
+    finally:
+        if out is not None:
+            sink.close()
+
+
+@app.command()
+def metrics() -> None:
+    """List the metric catalog: key, label, unit and source."""
+    typer.echo(fmt.table(["key", "label", "unit", "source", "per"],
+                         [[m.key, m.label, m.unit, m.source, m.scope] for m in CATALOG]))
+
+
+@app.command()
+def demo(
+    store: Annotated[str | None, typer.Option(
+        "--store", help="Where the demo's run goes; default ./tunescope.db.")] = None,
+    serve: Annotated[bool, typer.Option(
+        "--serve/--no-serve", help="Serve the page on the demo's run when it ends.")] = True,
+    seconds: Annotated[float, typer.Option(
+        "--seconds", help="Training time per trial.")] = 35.0,
+    port: Annotated[int, typer.Option("--port", help="Port for the page.")] = 8765,
+) -> None:
+    """Train a real PyTorch sweep of 3 trials on the CPU under tunescope and show it.
+
+    One trial is input-bound by design. Prints the per-trial table, then serves the page."""
+    from tunescope.cli._demo import run_demo
+
+    url, run_name = run_demo(store, seconds_per_trial=seconds)
+    with open_store(url) as st:
+        typer.echo("")
+        typer.echo(trials_table(st, run_name))
+    typer.echo(f"\nData: {url}  (run {run_name!r})")
+    typer.echo(f"Export: tunescope export {run_name} --store {url}")
+    if serve:
+        _serve(url, "127.0.0.1", port, run_name)
+
+
+def _serve(url: str, host: str, port: int, run_name: str | None = None) -> None:
+    try:
+        from tunescope.server import serve as serve_app
+    except ImportError as exc:
+        raise ConfigError(f"the page needs the server extra: pip install "
+                          f"'tunescope[server]' ({exc})") from None
+    path = "" if run_name is None else f"runs/{run_name}"
+    typer.echo(f"Open http://{host}:{port}/{path}  (Ctrl-C to stop)")
+    serve_app(url, host=host, port=port)
+
+
+@app.command()
+def ui(
+    store: StoreOpt = None,
+    host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+) -> None:
+    """Serve the web page and JSON API for a store (binds 127.0.0.1 unless told)."""
+    from tunescope.store import resolve_url
+
+    with open_store(store):
+        pass  # refuse a bad store before binding a port
+    _serve(resolve_url(store), host, port)

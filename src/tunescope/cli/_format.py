@@ -1,0 +1,48 @@
+"""Plain-text tables and human units for the CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from tunescope.metrics import metric
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns aligned with two spaces; numbers (cells starting with a digit) right-aligned."""
+    widths = [len(h) for h in headers]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for w, c in zip(widths, cells, strict=True):
+            numeric = c[:1].isdigit() or (c[:1] == "-" and c[1:2].isdigit())
+            out.append(c.rjust(w) if numeric else c.ljust(w))
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def when(t: float) -> str:
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def value(key: str, v: float | None) -> str:
+    """A stored value in the metric's display unit, e.g. '3.21 GiB' or '87%'."""
+    if v is None:
+        return "-"
+    m = metric(key)
+    d = v * m.scale
+    if m.unit == "%":
+        return f"{d:.0f}%"
+    return f"{d:.2f} {m.unit}"

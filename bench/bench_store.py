@@ -41,8 +41,17 @@ def main() -> int:
         ts, vs = _series(N)
         sid = store.series(tid, "gpu.mem", "0").id
         batch = 10_000
-        rows = [list(zip([sid] * batch, ts[i:i + batch].tolist(), vs[i:i + batch].tolist(),
-                         strict=True)) for i in range(0, N, batch)]
+        rows = [
+            list(
+                zip(
+                    [sid] * batch,
+                    ts[i : i + batch].tolist(),
+                    vs[i : i + batch].tolist(),
+                    strict=True,
+                )
+            )
+            for i in range(0, N, batch)
+        ]
         t = time.perf_counter()
         for r in rows:
             store.append_samples(r)
@@ -58,15 +67,22 @@ def main() -> int:
         for a, b in zip(lt.tolist(), lv.tolist(), strict=True):
             store.append_samples([(live, a, b)])
         live_rate = 3600 / (time.perf_counter() - t)
-        out.append(("store.live_appends_per_s", live_rate, "(1 per series per s needed)",
-                    live_rate >= 100))
+        out.append(
+            ("store.live_appends_per_s", live_rate, "(1 per series per s needed)", live_rate >= 100)
+        )
         store.compact()
         sizes = store.disk_bytes()  # type: ignore[attr-defined]
         store.close()
         per_sample = path.stat().st_size / (N + 3600)
         out.append(("store.bytes_per_sample_on_disk", per_sample, "<= 8", per_sample <= 8))
-        out.append(("store.chunk_bytes_per_sample", sizes["chunk_bytes"] / (N + 3600),
-                    "(encoded payload only)", True))
+        out.append(
+            (
+                "store.chunk_bytes_per_sample",
+                sizes["chunk_bytes"] / (N + 3600),
+                "(encoded payload only)",
+                True,
+            )
+        )
 
         store = open_store(path)
         span = ts[-1] - ts[0]

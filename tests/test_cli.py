@@ -16,9 +16,16 @@ from tunescope.store import open_store
 from tunescope.store._schema import SCHEMA_VERSION
 
 
-def cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tunescope", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=timeout)
+def cli(
+    *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tunescope", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def _one_line_error(p: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -28,19 +35,23 @@ def _one_line_error(p: subprocess.CompletedProcess[str], needle: str) -> None:
     assert needle in lines[0]
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["runs", "--store", "mysql://db"], "unknown store URL 'mysql://db'"),
-    (["runs", "--store", "/proc/nope/x.db"], "does not exist"),
-    (["run", "--param", "lr", "--", "true"], "malformed --param 'lr'"),
-    (["run", "--param", "=3", "--", "true"], "malformed --param '=3'"),
-    (["run", "--"], "no command given"),
-    (["run", "--", "no-such-command-xyz"], "command not found: no-such-command-xyz"),
-    (["run", "--interval", "0.01", "--", "true"], "--interval 0.01 is out of range"),
-    (["export", "nope"], "no run 'nope'"),
-    (["export", "nope", "--format", "xml"], "unknown --format 'xml'"),
-])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str],
-                                                         needle: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["runs", "--store", "mysql://db"], "unknown store URL 'mysql://db'"),
+        (["runs", "--store", "/proc/nope/x.db"], "does not exist"),
+        (["run", "--param", "lr", "--", "true"], "malformed --param 'lr'"),
+        (["run", "--param", "=3", "--", "true"], "malformed --param '=3'"),
+        (["run", "--"], "no command given"),
+        (["run", "--", "no-such-command-xyz"], "command not found: no-such-command-xyz"),
+        (["run", "--interval", "0.01", "--", "true"], "--interval 0.01 is out of range"),
+        (["export", "nope"], "no run 'nope'"),
+        (["export", "nope", "--format", "xml"], "unknown --format 'xml'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
     p = cli(*args, cwd=tmp_path)
     _one_line_error(p, needle)
     if args[0] != "export":
@@ -56,8 +67,9 @@ def test_corrupt_and_newer_databases_are_refused_untouched(tmp_path: Path) -> No
     newer = tmp_path / "newer.db"
     open_store(newer).close()
     conn = sqlite3.connect(newer)
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
-                 (str(SCHEMA_VERSION + 1),))
+    conn.execute(
+        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
+    )
     conn.commit()
     conn.close()
     p = cli("run", "--store", str(newer), "--", "true")
@@ -90,18 +102,41 @@ def test_run_records_a_command_and_passes_its_exit_code(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    ok = cli("run", "--store", str(db), "--run", "r", "--trial", "good", "--param", "lr=0.001",
-             "--param", "tag=base", "--interval", "0.25", "--", sys.executable, str(script), "0")
+    ok = cli(
+        "run",
+        "--store",
+        str(db),
+        "--run",
+        "r",
+        "--trial",
+        "good",
+        "--param",
+        "lr=0.001",
+        "--param",
+        "tag=base",
+        "--interval",
+        "0.25",
+        "--",
+        sys.executable,
+        str(script),
+        "0",
+    )
     assert ok.returncode == 0, ok.stderr
     bad = cli("run", "--store", str(db), "--run", "r", "--", sys.executable, str(script), "3")
     assert bad.returncode == 3
     with open_store(db) as st:
         run = st.get_run("r")
         good, failed = st.list_trials(run.id)
-        assert (good.name, good.state, good.params) == ("good", "completed",
-                                                        {"lr": 0.001, "tag": "base"})
-        assert (failed.name, failed.state, failed.error) == ("trial-1", "failed",
-                                                              "exited with code 3")
+        assert (good.name, good.state, good.params) == (
+            "good",
+            "completed",
+            {"lr": 0.001, "tag": "base"},
+        )
+        assert (failed.name, failed.state, failed.error) == (
+            "trial-1",
+            "failed",
+            "exited with code 3",
+        )
         assert st.exit_code(failed.id) == 3
         mem = st.list_series(good.id, "cpu.mem")[0]
         _, values = st.read_samples(mem.id)
@@ -121,8 +156,7 @@ def test_run_records_a_command_and_passes_its_exit_code(tmp_path: Path) -> None:
     exp = cli("export", "r", "--store", str(db), "--trial", "good", "--metric", "cpu.mem")
     assert exp.returncode == 0, exp.stderr
     rows = list(csv.DictReader(io.StringIO(exp.stdout)))
-    assert rows and set(rows[0]) == {"run", "trial", "metric", "device", "t", "elapsed_s",
-                                     "value"}
+    assert rows and set(rows[0]) == {"run", "trial", "metric", "device", "t", "elapsed_s", "value"}
     assert {r["metric"] for r in rows} == {"cpu.mem"} and {r["trial"] for r in rows} == {"good"}
     assert max(float(r["value"]) for r in rows) > 200 * 1024**2
     js = cli("export", "r", "--store", str(db), "--format", "json")

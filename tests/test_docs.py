@@ -32,11 +32,15 @@ def test_every_command_and_option_is_in_the_readme() -> None:
         rows = [line for line in README.splitlines() if line.startswith(f"| `tunescope {name}")]
         assert rows, f"command {name!r} missing from the README's command table"
         for p in cmd.params:
-            opts = [o for o in [*p.opts, *getattr(p, "secondary_opts", [])]
-                    if o.startswith("--") and o != "--help"]
+            opts = [
+                o
+                for o in [*p.opts, *getattr(p, "secondary_opts", [])]
+                if o.startswith("--") and o != "--help"
+            ]
             if opts:
-                assert any(o in rows[0] for o in opts), \
+                assert any(o in rows[0] for o in opts), (
                     f"option {opts} of {name!r} missing from the README"
+                )
 
 
 def test_every_command_has_help() -> None:
@@ -52,7 +56,7 @@ def test_every_metric_is_documented_as_in_the_catalog() -> None:
         section = re.search(rf"^## `{re.escape(m.key)}` — (.+)$", METRICS_MD, re.M)
         assert section, f"metric {m.key} has no section in docs/metrics.md"
         assert section.group(1) == m.label
-        body = METRICS_MD[section.end():].split("\n## ", 1)[0]
+        body = METRICS_MD[section.end() :].split("\n## ", 1)[0]
         assert f"- Unit: {m.unit}" in body
         assert m.equivalent in body, f"{m.key}: equivalent differs from the catalog"
         assert m.description in body
@@ -62,5 +66,9 @@ def test_every_metric_is_documented_as_in_the_catalog() -> None:
 
 def test_headline_metrics_are_the_seeds_four() -> None:
     labels = [m.label for m in CATALOG if m.headline]
-    assert labels == ["CPU Utilization Percent", "GPU Utilization Percent",
-                      "CPU Memory Usage", "GPU Memory Usage"]
+    assert labels == [
+        "CPU Utilization Percent",
+        "GPU Utilization Percent",
+        "CPU Memory Usage",
+        "GPU Memory Usage",
+    ]

@@ -11,17 +11,28 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "tunescope"
 
-HEAVY = ["torch", "transformers", "lightning", "pynvml", "psycopg", "fastapi", "uvicorn",
-         "optuna", "peft"]
+HEAVY = [
+    "torch",
+    "transformers",
+    "lightning",
+    "pynvml",
+    "psycopg",
+    "fastapi",
+    "uvicorn",
+    "optuna",
+    "peft",
+]
 
 
-@pytest.mark.parametrize("module", ["tunescope", "tunescope.record", "tunescope.store",
-                                    "tunescope.metrics", "tunescope.collect"])
+@pytest.mark.parametrize(
+    "module",
+    ["tunescope", "tunescope.record", "tunescope.store", "tunescope.metrics", "tunescope.collect"],
+)
 def test_import_pulls_in_no_heavy_library(module: str) -> None:
-    code = (f"import sys, {module}\n"
-            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    code = f"import sys, {module}\nprint(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == "", f"import {module} imported {out}"
 
 
@@ -35,8 +46,7 @@ ALLOWED = {
     "integrations": {"record", "errors", "metrics", "store"},
     "analyze": {"store", "metrics", "errors"},
     "server": {"store", "analyze", "metrics", "errors"},
-    "cli": {"metrics", "store", "errors", "collect", "record", "integrations", "analyze",
-            "server"},
+    "cli": {"metrics", "store", "errors", "collect", "record", "integrations", "analyze", "server"},
 }
 
 
@@ -59,8 +69,11 @@ def _imports(path: Path) -> set[str]:
 def test_layering() -> None:
     bad = []
     for part, allowed in ALLOWED.items():
-        files = [PKG / f"{part}.py"] if (PKG / f"{part}.py").exists() else \
-            sorted((PKG / part).rglob("*.py"))
+        files = (
+            [PKG / f"{part}.py"]
+            if (PKG / f"{part}.py").exists()
+            else sorted((PKG / part).rglob("*.py"))
+        )
         for f in files:
             for dep in _imports(f) - allowed - {part}:
                 bad.append(f"{f.relative_to(PKG)} imports tunescope.{dep}")
@@ -68,6 +81,9 @@ def test_layering() -> None:
 
 
 def test_every_module_belongs_to_a_part() -> None:
-    tops = {p.stem if p.is_file() else p.name for p in PKG.iterdir()
-            if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix == ".py")}
+    tops = {
+        p.stem if p.is_file() else p.name
+        for p in PKG.iterdir()
+        if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix == ".py")
+    }
     assert tops <= set(ALLOWED), tops - set(ALLOWED)

@@ -103,7 +103,10 @@ def test_series_identity_devices_and_notes(store: Store) -> None:
     c = store.series(tid, "cpu.util")
     assert c.device is None
     assert [(x.metric, x.device) for x in store.list_series(tid)] == [
-        ("cpu.util", None), ("gpu.mem", "0"), ("gpu.mem", "1")]
+        ("cpu.util", None),
+        ("gpu.mem", "0"),
+        ("gpu.mem", "1"),
+    ]
     assert len(store.list_series(tid, "gpu.mem")) == 2
     with pytest.raises(NotFound):
         store.series(999, "cpu.util")
@@ -124,7 +127,7 @@ def test_window_buckets_keep_spikes_across_chunks_and_pending(store: Store) -> N
     assert sum(b.n for b in w.buckets) == n
     assert max(b.max for b in w.buckets) == 99.0
     assert min(b.min for b in w.buckets) == -5.0
-    spike = [b for b in w.buckets if b.max == 99.0][0]
+    spike = next(b for b in w.buckets if b.max == 99.0)
     assert spike.t_first <= T0 + 1234 <= spike.t_last
     few = store.window(s.id, T0 + 100, T0 + 150, 100)
     assert few.samples is not None and len(few.samples) == 51
@@ -132,17 +135,15 @@ def test_window_buckets_keep_spikes_across_chunks_and_pending(store: Store) -> N
 
 def test_events_window_intervals_and_binning(store: Store) -> None:
     tid = _trial(store)
-    evs = [Event(tid, "optimizer_step", T0 + i * 0.01, name="SGD", step=i + 1)
-           for i in range(5000)]
+    evs = [Event(tid, "optimizer_step", T0 + i * 0.01, name="SGD", step=i + 1) for i in range(5000)]
     evs.append(Event(tid, "evaluation", T0 + 50.5, name="eval", duration=19.0))
-    evs.append(Event(tid, "checkpoint", T0 + 75, name="adapter",
-                     data={"path": "/x", "bytes": 10}))
+    evs.append(Event(tid, "checkpoint", T0 + 75, name="adapter", data={"path": "/x", "bytes": 10}))
     assert store.add_events(evs) == 5002
     # an evaluation that began before the window still shows
     w = store.events(tid, T0 + 60, T0 + 80, limit=100)
     assert w.events is not None
     assert {e.kind for e in w.events} == {"evaluation", "checkpoint"}
-    ck = [e for e in w.events if e.kind == "checkpoint"][0]
+    ck = next(e for e in w.events if e.kind == "checkpoint")
     assert ck.data == {"path": "/x", "bytes": 10}
     dense = store.events(tid, T0, T0 + 100, limit=100)
     assert dense.total == 5002 and dense.events is None and dense.bins is not None
@@ -158,8 +159,9 @@ def test_events_window_intervals_and_binning(store: Store) -> None:
 def test_scalars(store: Store) -> None:
     tid = _trial(store)
     store.add_scalars([Scalar(tid, "loss", i, T0 + i, 1.0 / (i + 1)) for i in range(10)])
-    store.add_scalars([Scalar(tid, "eval/acc", 5, T0 + 5, 0.8),
-                       Scalar(tid, "bad", 1, T0, math.nan)])
+    store.add_scalars(
+        [Scalar(tid, "eval/acc", 5, T0 + 5, 0.8), Scalar(tid, "bad", 1, T0, math.nan)]
+    )
     assert store.scalar_names(tid) == ["eval/acc", "loss"]
     loss = store.scalars(tid, "loss")
     assert [s.step for s in loss] == list(range(10)) and loss[1].value == 0.5

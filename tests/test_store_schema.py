@@ -19,8 +19,10 @@ def _make_v1(path: Path) -> None:
         conn.execute(SQLITE.ddl(stmt))
     conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     conn.execute("INSERT INTO runs (name, t_start) VALUES ('old', 1.0)")
-    conn.execute("INSERT INTO trials (run_id, name, params, state, host, pids, t_start, "
-                 "interval_s) VALUES (1, 't', '{}', 'completed', 'h', '[]', 1.0, 1.0)")
+    conn.execute(
+        "INSERT INTO trials (run_id, name, params, state, host, pids, t_start, "
+        "interval_s) VALUES (1, 't', '{}', 'completed', 'h', '[]', 1.0, 1.0)"
+    )
     conn.commit()
     conn.close()
 

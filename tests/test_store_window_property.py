@@ -15,8 +15,9 @@ from tunescope.store import CHUNK_SAMPLES, open_store
 T0 = 1_700_000_000.0
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     n=st.integers(1, CHUNK_SAMPLES * 6),
     seed=st.integers(0, 2**32 - 1),
@@ -25,21 +26,25 @@ T0 = 1_700_000_000.0
     lo=st.floats(0.0, 1.0),
     hi=st.floats(0.0, 1.0),
 )
-def test_buckets_equal_raw_aggregates(tmp_path_factory: object, n: int, seed: int, batch: int,
-                                      points: int, lo: float, hi: float) -> None:
+def test_buckets_equal_raw_aggregates(
+    tmp_path_factory: object, n: int, seed: int, batch: int, points: int, lo: float, hi: float
+) -> None:
     rng = np.random.default_rng(seed)
     gaps = rng.choice([0.1, 1.0, 1.0, 1.0, 7.3, 600.0], size=n)
     ts = T0 + np.cumsum(gaps)
     vs = rng.normal(50, 30, size=n) * (rng.random(n) < 0.9) + rng.normal(0, 1e4) * (
-        rng.random(n) < 0.01)
+        rng.random(n) < 0.01
+    )
     path = Path(str(tmp_path_factory.mktemp("p"))) / "s.db"  # type: ignore[attr-defined]
     store = open_store(path)
     try:
         tid = store.create_trial(store.ensure_run("r", start=T0).id, start=T0).id
         sid = store.series(tid, "cpu.util").id
         for i in range(0, n, batch):
-            store.append_samples((sid, float(t), float(v))
-                                 for t, v in zip(ts[i:i + batch], vs[i:i + batch], strict=True))
+            store.append_samples(
+                (sid, float(t), float(v))
+                for t, v in zip(ts[i : i + batch], vs[i : i + batch], strict=True)
+            )
         raw_t, raw_v = store.read_samples(sid)
         a, b = sorted((lo, hi))
         start = T0 + a * (ts[-1] - T0 + 1)

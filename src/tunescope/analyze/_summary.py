@@ -63,8 +63,9 @@ def summarize_metric(store: Store, trial_id: int, key: str) -> MetricSummary | N
     return MetricSummary(key, peak, total / n, n, len(series))
 
 
-def summarize_trial(store: Store, trial: TrialInfo,
-                    keys: tuple[str, ...] | None = None) -> TrialSummary:
+def summarize_trial(
+    store: Store, trial: TrialInfo, keys: tuple[str, ...] | None = None
+) -> TrialSummary:
     """The headline metrics (or ``keys``) and event counts of one trial."""
     keys = keys if keys is not None else tuple(m.key for m in headline())
     metrics = {}
@@ -73,7 +74,8 @@ def summarize_trial(store: Store, trial: TrialInfo,
         if s is not None:
             metrics[k] = s
     return TrialSummary(
-        trial, metrics,
+        trial,
+        metrics,
         optimizer_steps=store.count_events(trial.id, ["optimizer_step"]),
         evaluations=store.count_events(trial.id, ["evaluation"]),
         checkpoints=store.count_events(trial.id, ["checkpoint"]),

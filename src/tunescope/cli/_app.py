@@ -27,25 +27,40 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-StoreOpt = Annotated[str | None, typer.Option(
-    "--store", help="Store URL: a SQLite file path (default ./tunescope.db, or "
-    "$TUNESCOPE_STORE) or postgresql://...", show_default=False)]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Store URL: a SQLite file path (default ./tunescope.db, or "
+        "$TUNESCOPE_STORE) or postgresql://...",
+        show_default=False,
+    ),
+]
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(
-    cmd: Annotated[list[str] | None, typer.Argument(
-        help="The command to run, after --", show_default=False)] = None,
-    run_name: Annotated[str | None, typer.Option(
-        "--run", help="Run to add the trial to (created if new); default CMD-DATE.")] = None,
-    trial: Annotated[str | None, typer.Option(
-        "--trial", help="Trial name; default trial-N.")] = None,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", help="A trial parameter KEY=VALUE (VALUE read as JSON if it parses); "
-        "repeatable.")] = None,
+    cmd: Annotated[
+        list[str] | None, typer.Argument(help="The command to run, after --", show_default=False)
+    ] = None,
+    run_name: Annotated[
+        str | None,
+        typer.Option("--run", help="Run to add the trial to (created if new); default CMD-DATE."),
+    ] = None,
+    trial: Annotated[
+        str | None, typer.Option("--trial", help="Trial name; default trial-N.")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            help="A trial parameter KEY=VALUE (VALUE read as JSON if it parses); repeatable.",
+        ),
+    ] = None,
     store: StoreOpt = None,
-    interval: Annotated[float, typer.Option(
-        "--interval", help="Seconds between samples (0.1 to 3600).")] = 1.0,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between samples (0.1 to 3600).")
+    ] = 1.0,
 ) -> None:
     """Run CMD as a trial: sample its process tree, record its end state.
 
@@ -53,8 +68,9 @@ def run(
     CMD's exit code is passed through (128+N when killed by signal N)."""
     from tunescope.cli._run import run_command
 
-    code = run_command(cmd or [], run=run_name, trial=trial, params=param or [],
-                       store=store, interval=interval)
+    code = run_command(
+        cmd or [], run=run_name, trial=trial, params=param or [], store=store, interval=interval
+    )
     raise typer.Exit(code)
 
 
@@ -67,10 +83,17 @@ def _runs_rows(st: Store) -> list[list[str]]:
             for k, m in summ.metrics.items():
                 peaks[k] = max(peaks.get(k, -math.inf), m.peak)
         end = r.end
-        rows.append([r.name, r.state, str(r.trials), fmt.when(r.start),
-                     fmt.duration(None if end is None else end - r.start),
-                     fmt.value("cpu.mem", peaks.get("cpu.mem")),
-                     fmt.value("gpu.mem", peaks.get("gpu.mem"))])
+        rows.append(
+            [
+                r.name,
+                r.state,
+                str(r.trials),
+                fmt.when(r.start),
+                fmt.duration(None if end is None else end - r.start),
+                fmt.value("cpu.mem", peaks.get("cpu.mem")),
+                fmt.value("gpu.mem", peaks.get("gpu.mem")),
+            ]
+        )
     return rows
 
 
@@ -82,8 +105,9 @@ def runs(store: StoreOpt = None) -> None:
     if not rows:
         typer.echo("no runs yet")
         return
-    typer.echo(fmt.table(["run", "state", "trials", "start", "duration", "peak RAM",
-                          "peak VRAM"], rows))
+    typer.echo(
+        fmt.table(["run", "state", "trials", "start", "duration", "peak RAM", "peak VRAM"], rows)
+    )
 
 
 def trials_table(st: Store, run_ref: str) -> str:
@@ -101,12 +125,37 @@ def trials_table(st: Store, run_ref: str) -> str:
             return f"{fmt.value(key, m.peak)} / {fmt.value(key, m.mean)}"
 
         params = ", ".join(f"{k}={v}" for k, v in t.params.items())
-        rows.append([t.name, t.state, fmt.duration(s.duration), pm("cpu.util"), pm("cpu.mem"),
-                     pm("gpu.util"), pm("gpu.mem"), str(s.optimizer_steps),
-                     str(s.evaluations), str(s.checkpoints), params or "-"])
-    return fmt.table(["trial", "state", "duration", "CPU peak/mean", "RAM peak/mean",
-                      "GPU peak/mean", "VRAM peak/mean", "steps", "evals", "ckpts", "params"],
-                     rows)
+        rows.append(
+            [
+                t.name,
+                t.state,
+                fmt.duration(s.duration),
+                pm("cpu.util"),
+                pm("cpu.mem"),
+                pm("gpu.util"),
+                pm("gpu.mem"),
+                str(s.optimizer_steps),
+                str(s.evaluations),
+                str(s.checkpoints),
+                params or "-",
+            ]
+        )
+    return fmt.table(
+        [
+            "trial",
+            "state",
+            "duration",
+            "CPU peak/mean",
+            "RAM peak/mean",
+            "GPU peak/mean",
+            "VRAM peak/mean",
+            "steps",
+            "evals",
+            "ckpts",
+            "params",
+        ],
+        rows,
+    )
 
 
 @app.command()
@@ -136,13 +185,16 @@ def _select_trials(st: Store, run_ref: str, trial: str | None) -> tuple[float, l
 def export(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run name or id.")],
     trial: Annotated[str | None, typer.Option("--trial", help="Only this trial.")] = None,
-    metric_key: Annotated[str | None, typer.Option(
-        "--metric", help="Only this metric key (see docs/metrics.md).")] = None,
-    what: Annotated[str, typer.Option(
-        "--what", help="samples or events (csv); json carries both.")] = "samples",
+    metric_key: Annotated[
+        str | None, typer.Option("--metric", help="Only this metric key (see docs/metrics.md).")
+    ] = None,
+    what: Annotated[
+        str, typer.Option("--what", help="samples or events (csv); json carries both.")
+    ] = "samples",
     out_format: Annotated[str, typer.Option("--format", help="csv or json.")] = "csv",
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="Write to this file instead of stdout.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
+    ] = None,
     store: StoreOpt = None,
 ) -> None:
     """Export a run's raw samples or events as CSV or JSON.
@@ -167,20 +219,37 @@ def export(
             if out_format == "json" or what == "samples":
                 for s in st.list_series(t.id, metric_key):
                     ts, vs = st.read_samples(s.id)
-                    samples.extend([run_name, t.name, s.metric, s.device or "", a,
-                                    round(a - t0, 3), b]
-                                   for a, b in zip(ts.tolist(), vs.tolist(), strict=True))
+                    samples.extend(
+                        [run_name, t.name, s.metric, s.device or "", a, round(a - t0, 3), b]
+                        for a, b in zip(ts.tolist(), vs.tolist(), strict=True)
+                    )
             if out_format == "json" or what == "events":
-                w = st.events(t.id, -math.inf, math.inf, limit=sys.maxsize)
-                events.extend([run_name, t.name, e.kind, e.name or "", e.step, e.t,
-                               round(e.t - t0, 3), e.duration] for e in (w.events or []))
+                ev = st.events(t.id, -math.inf, math.inf, limit=sys.maxsize)
+                events.extend(
+                    [
+                        run_name,
+                        t.name,
+                        e.kind,
+                        e.name or "",
+                        e.step,
+                        e.t,
+                        round(e.t - t0, 3),
+                        e.duration,
+                    ]
+                    for e in (ev.events or [])
+                )
     s_head = ["run", "trial", "metric", "device", "t", "elapsed_s", "value"]
     e_head = ["run", "trial", "kind", "name", "step", "t", "elapsed_s", "duration_s"]
     sink = sys.stdout if out is None else out.open("w", newline="", encoding="utf-8")
     try:
         if out_format == "json":
-            json.dump({"samples": [dict(zip(s_head, r, strict=True)) for r in samples],
-                       "events": [dict(zip(e_head, r, strict=True)) for r in events]}, sink)
+            json.dump(
+                {
+                    "samples": [dict(zip(s_head, r, strict=True)) for r in samples],
+                    "events": [dict(zip(e_head, r, strict=True)) for r in events],
+                },
+                sink,
+            )
             sink.write("\n")
         else:
             w = csv.writer(sink, lineterminator="\n")
@@ -195,18 +264,25 @@ def export(
 @app.command()
 def metrics() -> None:
     """List the metric catalog: key, label, unit and source."""
-    typer.echo(fmt.table(["key", "label", "unit", "source", "per"],
-                         [[m.key, m.label, m.unit, m.source, m.scope] for m in CATALOG]))
+    typer.echo(
+        fmt.table(
+            ["key", "label", "unit", "source", "per"],
+            [[m.key, m.label, m.unit, m.source, m.scope] for m in CATALOG],
+        )
+    )
 
 
 @app.command()
 def demo(
-    store: Annotated[str | None, typer.Option(
-        "--store", help="Where the demo's run goes; default ./tunescope.db.")] = None,
-    serve: Annotated[bool, typer.Option(
-        "--serve/--no-serve", help="Serve the page on the demo's run when it ends.")] = True,
-    seconds: Annotated[float, typer.Option(
-        "--seconds", help="Training time per trial.")] = 35.0,
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="Where the demo's run goes; default ./tunescope.db."),
+    ] = None,
+    serve: Annotated[
+        bool,
+        typer.Option("--serve/--no-serve", help="Serve the page on the demo's run when it ends."),
+    ] = True,
+    seconds: Annotated[float, typer.Option("--seconds", help="Training time per trial.")] = 35.0,
     port: Annotated[int, typer.Option("--port", help="Port for the page.")] = 8765,
 ) -> None:
     """Train a real PyTorch sweep of 3 trials on the CPU under tunescope and show it.
@@ -228,8 +304,9 @@ def _serve(url: str, host: str, port: int, run_name: str | None = None) -> None:
     try:
         from tunescope.server import serve as serve_app
     except ImportError as exc:
-        raise ConfigError(f"the page needs the server extra: pip install "
-                          f"'tunescope[server]' ({exc})") from None
+        raise ConfigError(
+            f"the page needs the server extra: pip install 'tunescope[server]' ({exc})"
+        ) from None
     path = "" if run_name is None else f"runs/{run_name}"
     typer.echo(f"Open http://{host}:{port}/{path}  (Ctrl-C to stop)")
     serve_app(url, host=host, port=port)

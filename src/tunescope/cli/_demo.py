@@ -18,18 +18,17 @@ from tunescope.cli._run import absolute_store_url
 
 TRIALS: tuple[dict[str, Any], ...] = (
     {"name": "mlp-256-lr3e-3", "hidden": 256, "lr": 3e-3, "batch_size": 64, "slow_loader": 0},
-    {"name": "mlp-1024-lr1e-3", "hidden": 1024, "lr": 1e-3, "batch_size": 128,
-     "slow_loader": 0},
-    {"name": "mlp-256-slow-loader", "hidden": 256, "lr": 3e-3, "batch_size": 64,
-     "slow_loader": 1},
+    {"name": "mlp-1024-lr1e-3", "hidden": 1024, "lr": 1e-3, "batch_size": 128, "slow_loader": 0},
+    {"name": "mlp-256-slow-loader", "hidden": 256, "lr": 3e-3, "batch_size": 64, "slow_loader": 1},
 )
 FEATURES = 64
 CLASSES = 10
 PREPROCESS_S = 0.0015  # per sample, in the slow loader: like decoding an image on the fly
 
 
-def run_demo(store: str | None, *, seconds_per_trial: float = 35.0,
-             eval_every_s: float = 6.0) -> tuple[str, str]:
+def run_demo(
+    store: str | None, *, seconds_per_trial: float = 35.0, eval_every_s: float = 6.0
+) -> tuple[str, str]:
     """Train the sweep; returns (store URL, run name)."""
     import torch
     from torch import nn
@@ -58,20 +57,27 @@ def run_demo(store: str | None, *, seconds_per_trial: float = 35.0,
 
     run_name = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     ckpt_root = Path(_store_dir(url)) / "tunescope-demo-checkpoints" / run_name
-    print(f"tunescope demo: {len(TRIALS)} trials x {seconds_per_trial:.0f} s on the CPU, "
-          f"recording to {url}")
+    print(
+        f"tunescope demo: {len(TRIALS)} trials x {seconds_per_trial:.0f} s on the CPU, "
+        f"recording to {url}"
+    )
     with ts.run(run_name, store=url, interval=1.0) as run:
         for spec in TRIALS:
             params = {k: v for k, v in spec.items() if k != "name"}
             print(f"  trial {spec['name']}: {params}", flush=True)
             with run.trial(spec["name"], params=params) as trial:
-                model = nn.Sequential(nn.Linear(FEATURES, spec["hidden"]), nn.ReLU(),
-                                      nn.Linear(spec["hidden"], spec["hidden"]), nn.ReLU(),
-                                      nn.Linear(spec["hidden"], CLASSES))
+                model = nn.Sequential(
+                    nn.Linear(FEATURES, spec["hidden"]),
+                    nn.ReLU(),
+                    nn.Linear(spec["hidden"], spec["hidden"]),
+                    nn.ReLU(),
+                    nn.Linear(spec["hidden"], CLASSES),
+                )
                 opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"])
                 loss_fn = nn.CrossEntropyLoss()
-                data: Dataset[Any] = (SlowDataset() if spec["slow_loader"]
-                                      else TensorDataset(x_train, y_train))
+                data: Dataset[Any] = (
+                    SlowDataset() if spec["slow_loader"] else TensorDataset(x_train, y_train)
+                )
                 loader = DataLoader(data, batch_size=spec["batch_size"], shuffle=True)
                 step = 0
                 t_end = time.monotonic() + seconds_per_trial

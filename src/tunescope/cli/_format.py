@@ -27,7 +27,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    s = int(round(seconds))
+    s = round(seconds)
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

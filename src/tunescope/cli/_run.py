@@ -45,8 +45,15 @@ def absolute_store_url(url: str | None) -> str:
     return os.path.abspath(target)
 
 
-def run_command(cmd: Sequence[str], *, run: str | None, trial: str | None,
-                params: Sequence[str], store: str | None, interval: float) -> int:
+def run_command(
+    cmd: Sequence[str],
+    *,
+    run: str | None,
+    trial: str | None,
+    params: Sequence[str],
+    store: str | None,
+    interval: float,
+) -> int:
     """Run ``cmd`` as a trial; returns its exit code (128 + N when killed by signal N).
 
     Everything that can be checked is checked before anything is written: the parameters,
@@ -64,16 +71,21 @@ def run_command(cmd: Sequence[str], *, run: str | None, trial: str | None,
     try:
         run_name = run or f"{os.path.basename(cmd[0])}-{time.strftime('%Y%m%d-%H%M%S')}"
         info = st.ensure_run(run_name)
-        tr = st.create_trial(info.id, trial, parsed, host=socket.gethostname(),
-                             interval=interval)
-        env = dict(os.environ, TUNESCOPE_STORE=url, TUNESCOPE_RUN_ID=str(info.id),
-                   TUNESCOPE_TRIAL_ID=str(tr.id), TUNESCOPE_INTERVAL=str(interval))
+        tr = st.create_trial(info.id, trial, parsed, host=socket.gethostname(), interval=interval)
+        env = dict(
+            os.environ,
+            TUNESCOPE_STORE=url,
+            TUNESCOPE_RUN_ID=str(info.id),
+            TUNESCOPE_TRIAL_ID=str(tr.id),
+            TUNESCOPE_INTERVAL=str(interval),
+        )
         print(f"tunescope: run {run_name!r} trial {tr.name!r} -> {url}", file=sys.stderr)
         try:
             child = subprocess.Popen([exe, *cmd[1:]], env=env)
         except OSError as exc:
-            st.update_trial(tr.id, state="failed", end=time.time(),
-                            error=f"could not start {cmd[0]}: {exc}")
+            st.update_trial(
+                tr.id, state="failed", end=time.time(), error=f"could not start {cmd[0]}: {exc}"
+            )
             raise ConfigError(f"could not start {cmd[0]}: {exc}") from None
         st.update_trial(tr.id, pids=[child.pid])
         sampler = start_sampler(url, tr.id, child.pid, interval)
@@ -98,8 +110,11 @@ def run_command(cmd: Sequence[str], *, run: str | None, trial: str | None,
         if rc == 0:
             st.update_trial(tr.id, state="completed", end=time.time(), exit_code=0)
         else:
-            why = (f"killed by signal {signal.Signals(-rc).name}" if rc < 0
-                   else f"exited with code {rc}")
+            why = (
+                f"killed by signal {signal.Signals(-rc).name}"
+                if rc < 0
+                else f"exited with code {rc}"
+            )
             st.update_trial(tr.id, state="failed", end=time.time(), error=why, exit_code=code)
         return code
     finally:

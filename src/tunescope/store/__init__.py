@@ -66,7 +66,7 @@ def open_store(url: str | os.PathLike[str] | None = None, *, readonly: bool = Fa
     scheme, sep, rest = target.partition("://")
     if not sep:
         if target.startswith("sqlite:"):
-            rest = target[len("sqlite:"):]
+            rest = target[len("sqlite:") :]
             scheme = "sqlite"
         else:
             scheme, rest = "sqlite", target
@@ -85,8 +85,10 @@ def open_store(url: str | os.PathLike[str] | None = None, *, readonly: bool = Fa
         except ImportError as exc:
             raise ConfigError(
                 f"store URL {target!r} needs the PostgreSQL driver: "
-                f"pip install 'tunescope[postgres]' ({exc})") from None
+                f"pip install 'tunescope[postgres]' ({exc})"
+            ) from None
         return PostgresStore(target)
     raise ConfigError(
         f"unknown store URL {target!r}: use a file path, sqlite:///PATH or "
-        "postgresql://USER@HOST/DB")
+        "postgresql://USER@HOST/DB"
+    )

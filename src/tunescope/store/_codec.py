@@ -43,8 +43,16 @@ BLOCK_SAMPLES = 32
 min, max and sum of every run of BLOCK_SAMPLES samples in it, so a window whose buckets are
 wider than a block never needs to decode the samples."""
 
-BLOCK_DTYPE = np.dtype([("t_first", "<f8"), ("t_last", "<f8"), ("n", "<u2"), ("min", "<f4"),
-                        ("max", "<f4"), ("sum", "<f8")])
+BLOCK_DTYPE = np.dtype(
+    [
+        ("t_first", "<f8"),
+        ("t_last", "<f8"),
+        ("n", "<u2"),
+        ("min", "<f4"),
+        ("max", "<f4"),
+        ("sum", "<f8"),
+    ]
+)
 
 
 def to_stored(ts: npt.ArrayLike, vs: npt.ArrayLike) -> tuple[F64, F64]:
@@ -131,19 +139,24 @@ def decode_many(blobs: list[bytes]) -> tuple[F64, F64, npt.NDArray[np.int64]]:
     n = int(counts[0])
     if n > 1 and bool(np.all(counts == n)):
         k = len(blobs)
-        body = np.frombuffer(b"".join(zlib.decompress(memoryview(b)[_HEADER.size:])
-                                      for b in blobs), dtype=np.uint8).reshape(k, 8 * n - 4)
+        body = np.frombuffer(
+            b"".join(zlib.decompress(memoryview(b)[_HEADER.size :]) for b in blobs), dtype=np.uint8
+        ).reshape(k, 8 * n - 4)
         deltas = np.ascontiguousarray(
-            body[:, : 4 * (n - 1)].reshape(k, 4, n - 1).transpose(0, 2, 1)).view(np.int32)
+            body[:, : 4 * (n - 1)].reshape(k, 4, n - 1).transpose(0, 2, 1)
+        ).view(np.int32)
         deltas = deltas.reshape(k, n - 1)
         ms = np.empty((k, n), dtype=np.int64)
         ms[:, 0] = [h[2] for h in heads]
         ms[:, 1:] = np.cumsum(deltas, axis=1, dtype=np.int64) + ms[:, :1]
-        xor = np.ascontiguousarray(
-            body[:, 4 * (n - 1):].reshape(k, 4, n).transpose(0, 2, 1)).view(np.uint32)
+        xor = np.ascontiguousarray(body[:, 4 * (n - 1) :].reshape(k, 4, n).transpose(0, 2, 1)).view(
+            np.uint32
+        )
         bits = np.bitwise_xor.accumulate(xor.reshape(k, n), axis=1)
-        return ((ms / 1000.0).reshape(-1),
-                bits.view(np.float32).astype(np.float64).reshape(-1), counts)
+        return (
+            (ms / 1000.0).reshape(-1),
+            bits.view(np.float32).astype(np.float64).reshape(-1),
+            counts,
+        )
     parts = [decode(b) for b in blobs]
-    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-            counts)
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), counts)

@@ -134,8 +134,9 @@ class Store(abc.ABC):
 
     # ------------------------------------------------------------------ series and samples
     @abc.abstractmethod
-    def series(self, trial_id: int, metric: str, device: str | None = None,
-               note: str | None = None) -> SeriesInfo:
+    def series(
+        self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
+    ) -> SeriesInfo:
         """The series of (trial, metric, device), created if new (``note`` is kept from the
         first call that gives one)."""
 
@@ -179,16 +180,19 @@ class Store(abc.ABC):
         """Write events; returns the count."""
 
     @abc.abstractmethod
-    def _count_events(self, trial_id: int, start: float, end: float,
-                      kinds: Sequence[str] | None) -> int: ...
+    def _count_events(
+        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
+    ) -> int: ...
 
     @abc.abstractmethod
-    def _fetch_events(self, trial_id: int, start: float, end: float,
-                      kinds: Sequence[str] | None) -> list[Event]: ...
+    def _fetch_events(
+        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
+    ) -> list[Event]: ...
 
     @abc.abstractmethod
-    def _bin_events(self, trial_id: int, start: float, end: float,
-                    kinds: Sequence[str] | None, bins: int) -> list[tuple[str, int, int]]:
+    def _bin_events(
+        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None, bins: int
+    ) -> list[tuple[str, int, int]]:
         """(kind, bin index, count) for events whose interval overlaps each bin."""
 
     @abc.abstractmethod
@@ -205,8 +209,9 @@ class Store(abc.ABC):
 
     # ------------------------------------------------------------------ derived, written once
     @staticmethod
-    def derive_state(state: str, heartbeat: float | None, start: float, interval: float,
-                     now: float | None = None) -> str:
+    def derive_state(
+        state: str, heartbeat: float | None, start: float, interval: float, now: float | None = None
+    ) -> str:
         """``running`` becomes ``lost`` when the last heartbeat (or the start, before any) is
         older than max(LOST_AFTER_S, 10 x interval)."""
         if state != "running":
@@ -215,8 +220,9 @@ class Store(abc.ABC):
         now = time.time() if now is None else now
         return "lost" if now - last > max(LOST_AFTER_S, 10.0 * interval) else "running"
 
-    def read_samples(self, series_id: int, start: float = -np.inf,
-                     end: float = np.inf) -> tuple[F64, F64]:
+    def read_samples(
+        self, series_id: int, start: float = -np.inf, end: float = np.inf
+    ) -> tuple[F64, F64]:
         """Every raw sample with start <= t <= end, sorted by time."""
         summaries = self._chunk_summaries(series_id, start, end)
         blobs = self._chunk_blobs([c[0] for c in summaries])
@@ -268,8 +274,9 @@ class Store(abc.ABC):
             else:
                 whole = inside & (c[:, 2] - c[:, 1] <= width)
                 finer = inside & ~whole
-            parts.items(c[whole, 1], c[whole, 2], c[whole, 3], c[whole, 4], c[whole, 5],
-                        c[whole, 6])
+            parts.items(
+                c[whole, 1], c[whole, 2], c[whole, 3], c[whole, 4], c[whole, 5], c[whole, 6]
+            )
             decode_ids = ids[~inside | (~whole & ~finer)].tolist()
             finer_ids = ids[finer].tolist()
             if finer_ids:
@@ -279,9 +286,14 @@ class Store(abc.ABC):
                 good = [r for r, k in zip(recs, ok, strict=True) if k]
                 if good:
                     b = np.concatenate(good)
-                    parts.items(b["t_first"], b["t_last"], b["n"].astype(np.float64),
-                                b["min"].astype(np.float64), b["max"].astype(np.float64),
-                                b["sum"])
+                    parts.items(
+                        b["t_first"],
+                        b["t_last"],
+                        b["n"].astype(np.float64),
+                        b["min"].astype(np.float64),
+                        b["max"].astype(np.float64),
+                        b["sum"],
+                    )
                 decode_ids += [i for i, k in zip(finer_ids, ok, strict=True) if not k]
             if decode_ids:
                 blobs = self._chunk_blobs(decode_ids)
@@ -290,27 +302,42 @@ class Store(abc.ABC):
                 parts.samples(ts[keep], vs[keep])
         if not parts.has_items() and parts.sample_count() <= points:
             ts, vs = parts.sorted_samples()
-            return Window(info, start, end,
-                          samples=list(zip(ts.tolist(), vs.tolist(), strict=True)))
+            return Window(
+                info, start, end, samples=list(zip(ts.tolist(), vs.tolist(), strict=True))
+            )
         return Window(info, start, end, buckets=parts.buckets(start, width, points))
 
-    def count_events(self, trial_id: int, kinds: Sequence[str] | None = None,
-                     start: float = -np.inf, end: float = np.inf) -> int:
+    def count_events(
+        self,
+        trial_id: int,
+        kinds: Sequence[str] | None = None,
+        start: float = -np.inf,
+        end: float = np.inf,
+    ) -> int:
         """How many events (of the given kinds) overlap [start, end]."""
         return self._count_events(trial_id, start, end, kinds)
 
-    def events(self, trial_id: int, start: float, end: float,
-               kinds: Sequence[str] | None = None, limit: int = 2000) -> EventsWindow:
+    def events(
+        self,
+        trial_id: int,
+        start: float,
+        end: float,
+        kinds: Sequence[str] | None = None,
+        limit: int = 2000,
+    ) -> EventsWindow:
         """Events whose interval [t, t + duration] overlaps [start, end]. When more than
         ``limit`` match, counts per kind in ``limit`` equal bins instead (an interval counts in
         every bin it overlaps), so dense optimizer steps show as density, never dropped."""
         total = self._count_events(trial_id, start, end, kinds)
         if total <= limit:
-            return EventsWindow(start, end, total,
-                                events=self._fetch_events(trial_id, start, end, kinds))
+            return EventsWindow(
+                start, end, total, events=self._fetch_events(trial_id, start, end, kinds)
+            )
         width = (end - start) / limit
-        bins = [EventBin(kind, start + i * width, start + (i + 1) * width, n)
-                for kind, i, n in self._bin_events(trial_id, start, end, kinds, limit)]
+        bins = [
+            EventBin(kind, start + i * width, start + (i + 1) * width, n)
+            for kind, i, n in self._bin_events(trial_id, start, end, kinds, limit)
+        ]
         return EventsWindow(start, end, total, bins=bins)
 
     @abc.abstractmethod
@@ -324,8 +351,7 @@ class _Parts:
         self._items: list[tuple[F64, F64, F64, F64, F64, F64]] = []
         self._samples: list[tuple[F64, F64]] = []
 
-    def items(self, t_first: F64, t_last: F64, n: F64, vmin: F64, vmax: F64,
-              vsum: F64) -> None:
+    def items(self, t_first: F64, t_last: F64, n: F64, vmin: F64, vmax: F64, vsum: F64) -> None:
         if len(t_first):
             self._items.append((t_first, t_last, n, vmin, vmax, vsum))
 
@@ -349,13 +375,15 @@ class _Parts:
 
     def buckets(self, start: float, width: float, points: int) -> list[Bucket]:
         """Merge every item and sample into per-span buckets."""
-        cols: list[list[F64]] = ([list(x) for x in zip(*self._items, strict=True)]
-                                  if self._items else [[] for _ in range(6)])
+        cols: list[list[F64]] = (
+            [list(x) for x in zip(*self._items, strict=True)]
+            if self._items
+            else [[] for _ in range(6)]
+        )
         for ts, vs in self._samples:
             for col, arr in zip(cols, (ts, ts, np.ones(len(ts)), vs, vs, vs), strict=True):
                 col.append(arr)
-        t_lo, t_hi, cnt, vmin, vmax, vsum = (np.concatenate(c) if c else np.empty(0)
-                                             for c in cols)
+        t_lo, t_hi, cnt, vmin, vmax, vsum = (np.concatenate(c) if c else np.empty(0) for c in cols)
         if not len(t_lo):
             return []
         rep = (t_lo + t_hi) / 2.0
@@ -371,7 +399,13 @@ class _Parts:
         lasts = np.maximum.reduceat(t_hi[order], starts)
         return [
             Bucket(a, b, int(c), lo, hi, s / c)
-            for a, b, c, lo, hi, s in zip(firsts.tolist(), lasts.tolist(), counts.tolist(),
-                                          mins.tolist(), maxs.tolist(), sums.tolist(),
-                                          strict=True)
+            for a, b, c, lo, hi, s in zip(
+                firsts.tolist(),
+                lasts.tolist(),
+                counts.tolist(),
+                mins.tolist(),
+                maxs.tolist(),
+                sums.tolist(),
+                strict=True,
+            )
         ]

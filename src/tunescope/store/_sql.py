@@ -7,6 +7,7 @@ placeholders and only constructs both databases accept.
 from __future__ import annotations
 
 import abc
+import itertools
 import json
 import math
 import threading
@@ -19,13 +20,14 @@ from typing import Any
 import numpy as np
 
 from tunescope.errors import Conflict, NotFound, SchemaError, StoreError
-from tunescope.store._codec import MAX_DELTA_MS, F64, encode, encode_blocks, to_stored
+from tunescope.store._codec import F64, MAX_DELTA_MS, encode, encode_blocks, to_stored
 from tunescope.store._contract import CHUNK_SAMPLES, Store
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
 from tunescope.store._schema import MIGRATIONS, SCHEMA_VERSION
 
-_TRIAL_COLS = ("id, run_id, name, params, state, host, pids, t_start, t_end, heartbeat, "
-               "error, interval_s")
+_TRIAL_COLS = (
+    "id, run_id, name, params, state, host, pids, t_start, t_end, heartbeat, error, interval_s"
+)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,8 @@ class SQLStore(Store, abc.ABC):
                 if tables & {"runs", "trials", "series"} or (tables and "runs" not in tables):
                     raise SchemaError(
                         f"{self.url} is not a tunescope database (it has tables: "
-                        f"{', '.join(sorted(tables))})")
+                        f"{', '.join(sorted(tables))})"
+                    )
                 version = 0
             else:
                 row = self._q(cur, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -123,17 +126,24 @@ class SQLStore(Store, abc.ABC):
             if version > SCHEMA_VERSION:
                 raise SchemaError(
                     f"{self.url} has schema version {version}, newer than this tunescope "
-                    f"understands ({SCHEMA_VERSION}); upgrade tunescope to open it")
+                    f"understands ({SCHEMA_VERSION}); upgrade tunescope to open it"
+                )
             for v in range(version, SCHEMA_VERSION):
                 for stmt in MIGRATIONS[v]:
                     cur.execute(self.dialect.ddl(stmt))
             if version != SCHEMA_VERSION:
                 if version == 0:
-                    self._q(cur, "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                            (str(SCHEMA_VERSION),))
+                    self._q(
+                        cur,
+                        "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
                 else:
-                    self._q(cur, "UPDATE meta SET value = ? WHERE key = 'schema_version'",
-                            (str(SCHEMA_VERSION),))
+                    self._q(
+                        cur,
+                        "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),),
+                    )
 
     def schema_version(self) -> int:
         with self._tx() as cur:
@@ -143,8 +153,9 @@ class SQLStore(Store, abc.ABC):
     # ------------------------------------------------------------------ runs
     def _run_from(self, cur: Any, row: Sequence[Any]) -> RunInfo:
         run_id, name, start = row
-        trials = self._q(cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ?",
-                         (run_id,)).fetchall()
+        trials = self._q(
+            cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ?", (run_id,)
+        ).fetchall()
         infos = [self._trial_from(r) for r in trials]
         states = {t.state for t in infos}
         if not infos:
@@ -165,48 +176,70 @@ class SQLStore(Store, abc.ABC):
         import time as _time
 
         with self._tx() as cur:
-            row = self._q(cur, "SELECT id, name, t_start FROM runs WHERE name = ?",
-                          (name,)).fetchone()
+            row = self._q(
+                cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (name,)
+            ).fetchone()
             if row is None:
-                self._q(cur, "INSERT INTO runs (name, t_start) VALUES (?, ?) "
-                        "ON CONFLICT (name) DO NOTHING",
-                        (name, _time.time() if start is None else start))
-                row = self._q(cur, "SELECT id, name, t_start FROM runs WHERE name = ?",
-                              (name,)).fetchone()
+                self._q(
+                    cur,
+                    "INSERT INTO runs (name, t_start) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                    (name, _time.time() if start is None else start),
+                )
+                row = self._q(
+                    cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (name,)
+                ).fetchone()
             return self._run_from(cur, row)
 
     def get_run(self, run: int | str) -> RunInfo:
         with self._tx() as cur:
             if isinstance(run, int):
-                row = self._q(cur, "SELECT id, name, t_start FROM runs WHERE id = ?",
-                              (run,)).fetchone()
+                row = self._q(
+                    cur, "SELECT id, name, t_start FROM runs WHERE id = ?", (run,)
+                ).fetchone()
             else:
-                row = self._q(cur, "SELECT id, name, t_start FROM runs WHERE name = ?",
-                              (run,)).fetchone()
+                row = self._q(
+                    cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (run,)
+                ).fetchone()
             if row is None:
                 raise NotFound(f"no run {run!r} in {self.url}")
             return self._run_from(cur, row)
 
     def list_runs(self) -> list[RunInfo]:
         with self._tx() as cur:
-            rows = self._q(cur, "SELECT id, name, t_start FROM runs "
-                           "ORDER BY t_start DESC, id DESC").fetchall()
+            rows = self._q(
+                cur, "SELECT id, name, t_start FROM runs ORDER BY t_start DESC, id DESC"
+            ).fetchall()
             return [self._run_from(cur, r) for r in rows]
 
     # ------------------------------------------------------------------ trials
     def _trial_from(self, row: Sequence[Any]) -> TrialInfo:
         (tid, run_id, name, params, state, host, pids, start, end, hb, error, interval) = row
         return TrialInfo(
-            int(tid), int(run_id), str(name), json.loads(params),
+            int(tid),
+            int(run_id),
+            str(name),
+            json.loads(params),
             self.derive_state(str(state), hb, float(start), float(interval)),
-            str(host), tuple(json.loads(pids)), float(start),
-            None if end is None else float(end), None if hb is None else float(hb),
-            error, float(interval))
+            str(host),
+            tuple(json.loads(pids)),
+            float(start),
+            None if end is None else float(end),
+            None if hb is None else float(hb),
+            error,
+            float(interval),
+        )
 
-    def create_trial(self, run_id: int, name: str | None = None,
-                     params: dict[str, Any] | None = None, *, host: str = "",
-                     pids: Sequence[int] = (), start: float | None = None,
-                     interval: float = 1.0) -> TrialInfo:
+    def create_trial(
+        self,
+        run_id: int,
+        name: str | None = None,
+        params: dict[str, Any] | None = None,
+        *,
+        host: str = "",
+        pids: Sequence[int] = (),
+        start: float | None = None,
+        interval: float = 1.0,
+    ) -> TrialInfo:
         import time as _time
 
         try:
@@ -218,15 +251,24 @@ class SQLStore(Store, abc.ABC):
             if self._q(cur, "SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
                 raise NotFound(f"no run with id {run_id} in {self.url}")
             if name is None:
-                k = self._q(cur, "SELECT COUNT(*) FROM trials WHERE run_id = ?",
-                            (run_id,)).fetchone()[0]
-                existing = {r[0] for r in self._q(
-                    cur, "SELECT name FROM trials WHERE run_id = ?", (run_id,)).fetchall()}
+                k = self._q(
+                    cur, "SELECT COUNT(*) FROM trials WHERE run_id = ?", (run_id,)
+                ).fetchone()[0]
+                existing = {
+                    r[0]
+                    for r in self._q(
+                        cur, "SELECT name FROM trials WHERE run_id = ?", (run_id,)
+                    ).fetchall()
+                }
                 while f"trial-{k}" in existing:
                     k += 1
                 name = f"trial-{k}"
-            elif self._q(cur, "SELECT 1 FROM trials WHERE run_id = ? AND name = ?",
-                         (run_id, name)).fetchone() is not None:
+            elif (
+                self._q(
+                    cur, "SELECT 1 FROM trials WHERE run_id = ? AND name = ?", (run_id, name)
+                ).fetchone()
+                is not None
+            ):
                 raise Conflict(f"run {run_id} already has a trial named {name!r}")
             row = self._q(
                 cur,
@@ -239,34 +281,52 @@ class SQLStore(Store, abc.ABC):
 
     def get_trial(self, trial_id: int) -> TrialInfo:
         with self._tx() as cur:
-            row = self._q(cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE id = ?",
-                          (trial_id,)).fetchone()
+            row = self._q(
+                cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE id = ?", (trial_id,)
+            ).fetchone()
         if row is None:
             raise NotFound(f"no trial with id {trial_id} in {self.url}")
         return self._trial_from(row)
 
     def find_trial(self, run_id: int, name: str) -> TrialInfo:
         with self._tx() as cur:
-            row = self._q(cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ? AND name = ?",
-                          (run_id, name)).fetchone()
+            row = self._q(
+                cur,
+                f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ? AND name = ?",
+                (run_id, name),
+            ).fetchone()
         if row is None:
             raise NotFound(f"no trial {name!r} in run {run_id}")
         return self._trial_from(row)
 
     def list_trials(self, run_id: int) -> list[TrialInfo]:
         with self._tx() as cur:
-            rows = self._q(cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ? ORDER BY id",
-                           (run_id,)).fetchall()
+            rows = self._q(
+                cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ? ORDER BY id", (run_id,)
+            ).fetchall()
         return [self._trial_from(r) for r in rows]
 
-    def update_trial(self, trial_id: int, *, state: str | None = None,
-                     end: float | None = None, error: str | None = None,
-                     pids: Sequence[int] | None = None, heartbeat: float | None = None,
-                     only_if_running: bool = False, exit_code: int | None = None) -> bool:
+    def update_trial(
+        self,
+        trial_id: int,
+        *,
+        state: str | None = None,
+        end: float | None = None,
+        error: str | None = None,
+        pids: Sequence[int] | None = None,
+        heartbeat: float | None = None,
+        only_if_running: bool = False,
+        exit_code: int | None = None,
+    ) -> bool:
         sets: list[str] = []
         args: list[Any] = []
-        for col, val in (("state", state), ("t_end", end), ("error", error),
-                         ("heartbeat", heartbeat), ("exit_code", exit_code)):
+        for col, val in (
+            ("state", state),
+            ("t_end", end),
+            ("error", error),
+            ("heartbeat", heartbeat),
+            ("exit_code", exit_code),
+        ):
             if val is not None:
                 sets.append(f"{col} = ?")
                 args.append(val)
@@ -277,36 +337,48 @@ class SQLStore(Store, abc.ABC):
             return False
         where = "id = ?" + (" AND state = 'running'" if only_if_running else "")
         with self._tx() as cur:
-            n = self._q(cur, f"UPDATE trials SET {', '.join(sets)} WHERE {where}",
-                        (*args, trial_id)).rowcount
+            n = self._q(
+                cur, f"UPDATE trials SET {', '.join(sets)} WHERE {where}", (*args, trial_id)
+            ).rowcount
             if n == 0 and not only_if_running:
                 raise NotFound(f"no trial with id {trial_id} in {self.url}")
         return bool(n)
 
     def exit_code(self, trial_id: int) -> int | None:
         with self._tx() as cur:
-            row = self._q(cur, "SELECT exit_code FROM trials WHERE id = ?",
-                          (trial_id,)).fetchone()
+            row = self._q(cur, "SELECT exit_code FROM trials WHERE id = ?", (trial_id,)).fetchone()
         if row is None:
             raise NotFound(f"no trial with id {trial_id} in {self.url}")
         return None if row[0] is None else int(row[0])
 
     # ------------------------------------------------------------------ series
-    def series(self, trial_id: int, metric: str, device: str | None = None,
-               note: str | None = None) -> SeriesInfo:
+    def series(
+        self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
+    ) -> SeriesInfo:
         dev = device or ""
         with self._tx() as cur:
-            row = self._q(cur, "SELECT id, note FROM series WHERE trial_id = ? AND metric = ? "
-                          "AND device = ?", (trial_id, metric, dev)).fetchone()
+            row = self._q(
+                cur,
+                "SELECT id, note FROM series WHERE trial_id = ? AND metric = ? AND device = ?",
+                (trial_id, metric, dev),
+            ).fetchone()
             if row is None:
-                if self._q(cur, "SELECT 1 FROM trials WHERE id = ?",
-                           (trial_id,)).fetchone() is None:
+                if (
+                    self._q(cur, "SELECT 1 FROM trials WHERE id = ?", (trial_id,)).fetchone()
+                    is None
+                ):
                     raise NotFound(f"no trial with id {trial_id} in {self.url}")
-                self._q(cur, "INSERT INTO series (trial_id, metric, device, note) "
-                        "VALUES (?, ?, ?, ?) ON CONFLICT (trial_id, metric, device) DO NOTHING",
-                        (trial_id, metric, dev, note))
-                row = self._q(cur, "SELECT id, note FROM series WHERE trial_id = ? AND "
-                              "metric = ? AND device = ?", (trial_id, metric, dev)).fetchone()
+                self._q(
+                    cur,
+                    "INSERT INTO series (trial_id, metric, device, note) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (trial_id, metric, device) DO NOTHING",
+                    (trial_id, metric, dev, note),
+                )
+                row = self._q(
+                    cur,
+                    "SELECT id, note FROM series WHERE trial_id = ? AND metric = ? AND device = ?",
+                    (trial_id, metric, dev),
+                ).fetchone()
             elif note is not None and row[1] is None:
                 self._q(cur, "UPDATE series SET note = ? WHERE id = ?", (note, row[0]))
                 row = (row[0], note)
@@ -326,8 +398,11 @@ class SQLStore(Store, abc.ABC):
         info = self._series_cache.get(series_id)
         if info is None:
             with self._tx() as cur:
-                r = self._q(cur, "SELECT id, trial_id, metric, device, note FROM series "
-                            "WHERE id = ?", (series_id,)).fetchone()
+                r = self._q(
+                    cur,
+                    "SELECT id, trial_id, metric, device, note FROM series WHERE id = ?",
+                    (series_id,),
+                ).fetchone()
             if r is None:
                 raise NotFound(f"no series with id {series_id} in {self.url}")
             info = SeriesInfo(int(r[0]), int(r[1]), r[2], r[3] or None, r[4])
@@ -340,10 +415,12 @@ class SQLStore(Store, abc.ABC):
         if tail is None:
             if self._q(cur, "SELECT 1 FROM series WHERE id = ?", (series_id,)).fetchone() is None:
                 raise NotFound(f"no series with id {series_id} in {self.url}")
-            last_chunk = self._q(cur, "SELECT MAX(t_last) FROM chunks WHERE series_id = ?",
-                                 (series_id,)).fetchone()[0]
-            prow = self._q(cur, "SELECT MAX(t), COUNT(*) FROM pending WHERE series_id = ?",
-                           (series_id,)).fetchone()
+            last_chunk = self._q(
+                cur, "SELECT MAX(t_last) FROM chunks WHERE series_id = ?", (series_id,)
+            ).fetchone()[0]
+            prow = self._q(
+                cur, "SELECT MAX(t), COUNT(*) FROM pending WHERE series_id = ?", (series_id,)
+            ).fetchone()
             last = max(x for x in (last_chunk, prow[0], -math.inf) if x is not None)
             tail = (float(last), int(prow[1]))
         return tail
@@ -365,8 +442,9 @@ class SQLStore(Store, abc.ABC):
         self._tail.update(new_tails)
         return count
 
-    def _append_one(self, cur: Any, sid: int, samples: list[tuple[float, float]]
-                    ) -> tuple[float, int]:
+    def _append_one(
+        self, cur: Any, sid: int, samples: list[tuple[float, float]]
+    ) -> tuple[float, int]:
         last, pending_n = self._load_tail(cur, sid)
         arr = np.asarray(samples, dtype=np.float64)
         order = np.argsort(arr[:, 0], kind="stable")
@@ -374,10 +452,13 @@ class SQLStore(Store, abc.ABC):
         if ts[0] < last:
             raise StoreError(
                 f"series {sid}: sample at t={ts[0]:.3f} is older than the last stored "
-                f"sample (t={last:.3f}); samples are append-only")
+                f"sample (t={last:.3f}); samples are append-only"
+            )
         if pending_n + len(ts) < CHUNK_SAMPLES:
-            cur.executemany(self._sql("INSERT INTO pending (series_id, t, value) VALUES (?, ?, ?)"),
-                            [(sid, t, v) for t, v in zip(ts.tolist(), vs.tolist(), strict=True)])
+            cur.executemany(
+                self._sql("INSERT INTO pending (series_id, t, value) VALUES (?, ?, ?)"),
+                [(sid, t, v) for t, v in zip(ts.tolist(), vs.tolist(), strict=True)],
+            )
             return float(ts[-1]), pending_n + len(ts)
         if pending_n:
             pt, pv = self._pending_in(cur, sid, -math.inf, math.inf)
@@ -388,8 +469,10 @@ class SQLStore(Store, abc.ABC):
         self._write_chunks(cur, sid, ts[:full], vs[:full])
         rest = list(zip(ts[full:].tolist(), vs[full:].tolist(), strict=True))
         if rest:
-            cur.executemany(self._sql("INSERT INTO pending (series_id, t, value) VALUES (?, ?, ?)"),
-                            [(sid, t, v) for t, v in rest])
+            cur.executemany(
+                self._sql("INSERT INTO pending (series_id, t, value) VALUES (?, ?, ?)"),
+                [(sid, t, v) for t, v in rest],
+            )
         return float(ts[-1]), len(rest)
 
     def _write_chunks(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
@@ -400,19 +483,36 @@ class SQLStore(Store, abc.ABC):
         cuts = sorted(set(range(0, len(ts), CHUNK_SAMPLES)) | set(gaps.tolist()))
         cuts.append(len(ts))
         rows = []
-        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        for a, b in itertools.pairwise(cuts):
             t, v = ts[a:b], vs[a:b]
-            rows.append((sid, float(t[0]), float(t[-1]), b - a, float(v.min()), float(v.max()),
-                         float(v.sum()), encode(t, v), encode_blocks(t, v)))
-        cur.executemany(self._sql(
-            "INSERT INTO chunks (series_id, t_first, t_last, n, vmin, vmax, vsum, data, blocks) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"), rows)
+            rows.append(
+                (
+                    sid,
+                    float(t[0]),
+                    float(t[-1]),
+                    b - a,
+                    float(v.min()),
+                    float(v.max()),
+                    float(v.sum()),
+                    encode(t, v),
+                    encode_blocks(t, v),
+                )
+            )
+        cur.executemany(
+            self._sql(
+                "INSERT INTO chunks (series_id, t_first, t_last, n, vmin, vmax, vsum, data, "
+                "blocks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            rows,
+        )
 
     def compact(self, series_id: int | None = None) -> None:
         with self._tx() as cur:
             if series_id is None:
-                sids = [int(r[0]) for r in self._q(
-                    cur, "SELECT DISTINCT series_id FROM pending").fetchall()]
+                sids = [
+                    int(r[0])
+                    for r in self._q(cur, "SELECT DISTINCT series_id FROM pending").fetchall()
+                ]
             else:
                 sids = [series_id]
             for sid in sids:
@@ -442,11 +542,11 @@ class SQLStore(Store, abc.ABC):
         with self._tx() as cur:
             return self._pending_in(cur, series_id, start, end)
 
-    def _chunk_summaries(self, series_id: int, start: float, end: float
-                         ) -> list[tuple[int, float, float, int, float, float, float]]:
+    def _chunk_summaries(
+        self, series_id: int, start: float, end: float
+    ) -> list[tuple[int, float, float, int, float, float, float]]:
         args: list[Any] = [series_id]
-        stmt = ("SELECT id, t_first, t_last, n, vmin, vmax, vsum FROM chunks "
-                "WHERE series_id = ?")
+        stmt = "SELECT id, t_first, t_last, n, vmin, vmax, vsum FROM chunks WHERE series_id = ?"
         if math.isfinite(end):
             stmt += " AND t_first <= ?"
             args.append(end)
@@ -462,19 +562,26 @@ class SQLStore(Store, abc.ABC):
         out: dict[int, bytes] = {}
         with self._tx() as cur:
             for i in range(0, len(chunk_ids), 500):
-                part = list(chunk_ids[i:i + 500])
+                part = list(chunk_ids[i : i + 500])
                 marks = ", ".join("?" * len(part))
-                for cid, data in self._q(cur, f"SELECT id, {column} FROM chunks WHERE id IN ({marks})",
-                                         part).fetchall():
+                for cid, data in self._q(
+                    cur, f"SELECT id, {column} FROM chunks WHERE id IN ({marks})", part
+                ).fetchall():
                     out[int(cid)] = bytes(data)
         return out
 
     def series_extent(self, series_id: int) -> tuple[float, float, int] | None:
         with self._tx() as cur:
-            c = self._q(cur, "SELECT MIN(t_first), MAX(t_last), SUM(n) FROM chunks "
-                        "WHERE series_id = ?", (series_id,)).fetchone()
-            p = self._q(cur, "SELECT MIN(t), MAX(t), COUNT(*) FROM pending WHERE series_id = ?",
-                        (series_id,)).fetchone()
+            c = self._q(
+                cur,
+                "SELECT MIN(t_first), MAX(t_last), SUM(n) FROM chunks WHERE series_id = ?",
+                (series_id,),
+            ).fetchone()
+            p = self._q(
+                cur,
+                "SELECT MIN(t), MAX(t), COUNT(*) FROM pending WHERE series_id = ?",
+                (series_id,),
+            ).fetchone()
         firsts = [x for x in (c[0], p[0]) if x is not None]
         if not firsts:
             return None
@@ -484,8 +591,9 @@ class SQLStore(Store, abc.ABC):
     def disk_bytes(self) -> dict[str, int]:
         """Bytes of encoded chunk data and pending rows, for benchmarks and `tunescope runs`."""
         with self._tx() as cur:
-            blob = self._q(cur, "SELECT COALESCE(SUM(LENGTH(data)), 0), COUNT(*) FROM chunks"
-                           ).fetchone()
+            blob = self._q(
+                cur, "SELECT COALESCE(SUM(LENGTH(data)), 0), COUNT(*) FROM chunks"
+            ).fetchone()
         return {"chunk_bytes": int(blob[0]), "chunks": int(blob[1])}
 
     # ------------------------------------------------------------------ events
@@ -502,54 +610,80 @@ class SQLStore(Store, abc.ABC):
             return 0
         g = self.dialect.greatest
         with self._tx() as cur:
-            cur.executemany(self._sql(
-                "INSERT INTO events (trial_id, kind, name, step, t, duration, value, data) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"), rows)
+            cur.executemany(
+                self._sql(
+                    "INSERT INTO events (trial_id, kind, name, step, t, duration, value, data) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                rows,
+            )
             for (tid, kind), dur in spans.items():
-                self._q(cur, "INSERT INTO event_spans (trial_id, kind, max_duration) "
-                        "VALUES (?, ?, ?) ON CONFLICT (trial_id, kind) DO UPDATE SET "
-                        f"max_duration = {g}(event_spans.max_duration, excluded.max_duration)",
-                        (tid, kind, dur))
+                self._q(
+                    cur,
+                    "INSERT INTO event_spans (trial_id, kind, max_duration) "
+                    "VALUES (?, ?, ?) ON CONFLICT (trial_id, kind) DO UPDATE SET "
+                    f"max_duration = {g}(event_spans.max_duration, excluded.max_duration)",
+                    (tid, kind, dur),
+                )
         return len(rows)
 
-    def _event_where(self, cur: Any, trial_id: int, start: float, end: float,
-                     kinds: Sequence[str] | None) -> tuple[str, list[Any]]:
-        row = self._q(cur, "SELECT MAX(max_duration) FROM event_spans WHERE trial_id = ?",
-                      (trial_id,)).fetchone()
+    def _event_where(
+        self, cur: Any, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
+    ) -> tuple[str, list[Any]]:
+        row = self._q(
+            cur, "SELECT MAX(max_duration) FROM event_spans WHERE trial_id = ?", (trial_id,)
+        ).fetchone()
         reach = float(row[0] or 0.0)
-        where = ("trial_id = ? AND t <= ? AND t >= ? AND "
-                 "t + COALESCE(duration, 0) >= ?")
+        where = "trial_id = ? AND t <= ? AND t >= ? AND t + COALESCE(duration, 0) >= ?"
         args: list[Any] = [trial_id, end, start - reach, start]
         if kinds:
             where += f" AND kind IN ({', '.join('?' * len(kinds))})"
             args.extend(kinds)
         return where, args
 
-    def _count_events(self, trial_id: int, start: float, end: float,
-                      kinds: Sequence[str] | None) -> int:
+    def _count_events(
+        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
+    ) -> int:
         with self._tx() as cur:
             where, args = self._event_where(cur, trial_id, start, end, kinds)
-            return int(self._q(cur, f"SELECT COUNT(*) FROM events WHERE {where}",
-                               args).fetchone()[0])
+            return int(
+                self._q(cur, f"SELECT COUNT(*) FROM events WHERE {where}", args).fetchone()[0]
+            )
 
-    def _fetch_events(self, trial_id: int, start: float, end: float,
-                      kinds: Sequence[str] | None) -> list[Event]:
+    def _fetch_events(
+        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
+    ) -> list[Event]:
         with self._tx() as cur:
             where, args = self._event_where(cur, trial_id, start, end, kinds)
-            rows = self._q(cur, "SELECT trial_id, kind, name, step, t, duration, value, data "
-                           f"FROM events WHERE {where} ORDER BY t, id", args).fetchall()
-        return [Event(int(r[0]), r[1], float(r[4]), r[2], None if r[3] is None else int(r[3]),
-                      None if r[5] is None else float(r[5]),
-                      None if r[6] is None else float(r[6]),
-                      None if r[7] is None else json.loads(r[7])) for r in rows]
+            rows = self._q(
+                cur,
+                "SELECT trial_id, kind, name, step, t, duration, value, data "
+                f"FROM events WHERE {where} ORDER BY t, id",
+                args,
+            ).fetchall()
+        return [
+            Event(
+                int(r[0]),
+                r[1],
+                float(r[4]),
+                r[2],
+                None if r[3] is None else int(r[3]),
+                None if r[5] is None else float(r[5]),
+                None if r[6] is None else float(r[6]),
+                None if r[7] is None else json.loads(r[7]),
+            )
+            for r in rows
+        ]
 
-    def _bin_events(self, trial_id: int, start: float, end: float,
-                    kinds: Sequence[str] | None, bins: int) -> list[tuple[str, int, int]]:
+    def _bin_events(
+        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None, bins: int
+    ) -> list[tuple[str, int, int]]:
         width = (end - start) / bins
         with self._tx() as cur:
             where, args = self._event_where(cur, trial_id, start, end, kinds)
-            rows = self._q(cur, f"SELECT kind, t, COALESCE(duration, 0) FROM events "
-                           f"WHERE {where}", args).fetchall()
+            rows = self._q(
+                cur, f"SELECT kind, t, COALESCE(duration, 0) FROM events WHERE {where}", args
+            ).fetchall()
         out: list[tuple[str, int, int]] = []
         by_kind: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for kind, t, d in rows:
@@ -567,13 +701,20 @@ class SQLStore(Store, abc.ABC):
 
     # ------------------------------------------------------------------ scalars
     def add_scalars(self, scalars: Iterable[Scalar]) -> int:
-        rows = [(s.trial_id, s.name, s.step, s.t, float(s.value)) for s in scalars
-                if s.value is not None and math.isfinite(s.value)]
+        rows = [
+            (s.trial_id, s.name, s.step, s.t, float(s.value))
+            for s in scalars
+            if s.value is not None and math.isfinite(s.value)
+        ]
         if not rows:
             return 0
         with self._tx() as cur:
-            cur.executemany(self._sql("INSERT INTO scalars (trial_id, name, step, t, value) "
-                                      "VALUES (?, ?, ?, ?, ?)"), rows)
+            cur.executemany(
+                self._sql(
+                    "INSERT INTO scalars (trial_id, name, step, t, value) VALUES (?, ?, ?, ?, ?)"
+                ),
+                rows,
+            )
         return len(rows)
 
     def scalars(self, trial_id: int, name: str | None = None) -> list[Scalar]:
@@ -584,11 +725,16 @@ class SQLStore(Store, abc.ABC):
             args.append(name)
         with self._tx() as cur:
             rows = self._q(cur, stmt + " ORDER BY name, step, t, id", args).fetchall()
-        return [Scalar(int(r[0]), r[1], None if r[2] is None else int(r[2]), float(r[3]),
-                       float(r[4])) for r in rows]
+        return [
+            Scalar(int(r[0]), r[1], None if r[2] is None else int(r[2]), float(r[3]), float(r[4]))
+            for r in rows
+        ]
 
     def scalar_names(self, trial_id: int) -> list[str]:
         with self._tx() as cur:
-            rows = self._q(cur, "SELECT DISTINCT name FROM scalars WHERE trial_id = ? "
-                           "ORDER BY name", (trial_id,)).fetchall()
+            rows = self._q(
+                cur,
+                "SELECT DISTINCT name FROM scalars WHERE trial_id = ? ORDER BY name",
+                (trial_id,),
+            ).fetchall()
         return [r[0] for r in rows]

@@ -11,8 +11,14 @@ from typing import Any
 from tunescope.errors import SchemaError, StoreError
 from tunescope.store._sql import Dialect, SQLStore
 
-SQLITE = Dialect(name="sqlite", placeholder="?", id_type="INTEGER PRIMARY KEY AUTOINCREMENT",
-                 blob_type="BLOB", real_type="REAL", greatest="MAX")
+SQLITE = Dialect(
+    name="sqlite",
+    placeholder="?",
+    id_type="INTEGER PRIMARY KEY AUTOINCREMENT",
+    blob_type="BLOB",
+    real_type="REAL",
+    greatest="MAX",
+)
 
 
 class SQLiteStore(SQLStore):
@@ -33,8 +39,12 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"cannot open store {url}: directory {parent} is not writable")
         try:
             conn = sqlite3.connect(
-                f"file:{self.path}{'?mode=ro' if readonly else ''}", uri=True,
-                timeout=30.0, check_same_thread=False, isolation_level="DEFERRED")
+                f"file:{self.path}{'?mode=ro' if readonly else ''}",
+                uri=True,
+                timeout=30.0,
+                check_same_thread=False,
+                isolation_level="DEFERRED",
+            )
             conn.execute("PRAGMA busy_timeout = 30000")
             if not readonly:
                 conn.execute("PRAGMA journal_mode = WAL")

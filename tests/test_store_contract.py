@@ -179,3 +179,22 @@ def test_two_connections_see_each_others_writes(store_url: str) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_closing_a_reader_leaves_a_writers_pending_samples_alone(store_url: str) -> None:
+    writer = open_store(store_url)
+    reader = open_store(store_url)
+    try:
+        tid = _trial(writer)
+        sid = writer.series(tid, "cpu.util").id
+        writer.append_samples([(sid, T0 + i, float(i)) for i in range(10)])
+        assert len(reader.read_samples(sid)[0]) == 10
+        reader.close()
+        assert writer._chunk_summaries(sid, -math.inf, math.inf) == []
+        writer.close()  # the writer packs its own samples
+        with open_store(store_url) as again:
+            assert len(again._chunk_summaries(sid, -math.inf, math.inf)) == 1
+            assert again.read_samples(sid)[1].tolist() == [float(i) for i in range(10)]
+    finally:
+        reader.close()
+        writer.close()

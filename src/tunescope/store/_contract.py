@@ -63,7 +63,8 @@ class Store(abc.ABC):
     # ------------------------------------------------------------------ lifecycle
     @abc.abstractmethod
     def close(self) -> None:
-        """Flush and release the connection. Safe to call twice."""
+        """Pack the samples this store wrote that are still pending, and release the
+        connection. A store that only read writes nothing. Safe to call twice."""
 
     def __enter__(self) -> Store:
         return self

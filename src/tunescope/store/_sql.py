@@ -101,7 +101,8 @@ class SQLStore(Store, abc.ABC):
             if self._closed:
                 return
             try:
-                self.compact()
+                for sid in list(self._tail):  # only what this writer left pending
+                    self.compact(sid)
             finally:
                 self._closed = True
                 try:

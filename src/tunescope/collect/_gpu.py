@@ -1,0 +1,342 @@
+"""GPU backends: the protocol the GPU probe reads, the real NVML backend, and the choice.
+
+Every call into the NVIDIA driver goes through one gateway, :meth:`NvmlBackend._query`: it
+initialises NVML lazily (once), returns a default when a call fails or the function does not
+exist in the installed ``pynvml``, and logs each failing function once, never per sample.
+``pynvml`` is imported only when a backend is opened, so ``import tunescope.collect`` stays
+cheap.
+
+Which backend: ``$TUNESCOPE_GPU_REPLAY`` (a recording's path or a builtin fixture name) selects
+the replay backend (:mod:`tunescope.collect._replay`); otherwise NVML. No ``pynvml``, no driver
+or no GPU: :func:`open_gpu_backend` returns None after one log line and GPU metrics are absent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tunescope.collect._once import OnceLog
+from tunescope.errors import CollectError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = [
+    "REPLAY_ENV",
+    "GpuBackend",
+    "GpuInfo",
+    "GpuReading",
+    "NvmlBackend",
+    "open_gpu_backend",
+]
+
+REPLAY_ENV = "TUNESCOPE_GPU_REPLAY"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What does not change while sampling. ``memory_total`` in bytes, ``power_limit`` in W
+    (the limit the driver enforces), ``gpm_supported``: NVML GPM metrics work (Hopper+)."""
+
+    index: int
+    name: str
+    uuid: str
+    memory_total: float | None
+    power_limit: float | None
+    gpm_supported: bool
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One reading of a device; None where the driver could not say.
+
+    util, mem_bw_util: % of the driver's sample period a kernel ran / memory was accessed
+    (``nvidia-smi`` utilization.gpu / utilization.memory). mem_used: bytes. power: W.
+    temp: °C. clock_sm: MHz. throttle: clock-event reasons bitmask. energy_mj: millijoules
+    since the driver loaded.
+    """
+
+    util: float | None = None
+    mem_bw_util: float | None = None
+    mem_used: float | None = None
+    power: float | None = None
+    temp: float | None = None
+    clock_sm: float | None = None
+    throttle: float | None = None
+    energy_mj: float | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class GpuBackend(Protocol):
+    """What the GPU probe needs from the hardware (or from a recording of it)."""
+
+    def device_count(self) -> int:
+        """Number of GPUs visible to the driver (0 when none)."""
+        ...
+
+    def device_info(self, index: int) -> GpuInfo:
+        """Static facts of GPU ``index``."""
+        ...
+
+    def read(self, index: int) -> GpuReading:
+        """The current readings of GPU ``index``."""
+        ...
+
+    def processes(self, index: int) -> list[tuple[int, float | None]] | None:
+        """(pid, bytes of GPU memory it holds or None if not reported) of the processes
+        using GPU ``index``; None when the driver cannot list processes at all."""
+        ...
+
+    def gpm(self, index: int) -> dict[str, float] | None:
+        """GPM activity since the previous call, % each: keys ``sm``, ``tensor``, ``dram``.
+        None when GPM is unsupported or at the first call (no interval yet)."""
+        ...
+
+    def close(self) -> None:
+        """Release the driver. Safe to call twice."""
+        ...
+
+
+_GPM_KEYS = (
+    ("sm", "NVML_GPM_METRIC_SM_UTIL"),
+    ("tensor", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
+    ("dram", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
+)
+
+
+class NvmlBackend:
+    """The real driver, through ``pynvml`` (package ``nvidia-ml-py``).
+
+    Raises CollectError from the constructor when ``pynvml`` cannot be imported or NVML
+    cannot be initialised (no driver, no GPU); after that, no method raises.
+    """
+
+    def __init__(self, log: OnceLog | None = None, *, nvml: Any = None, init: bool = True) -> None:
+        """``nvml``: the ``pynvml`` module to call (default: import it); ``init=False``
+        skips ``nvmlInit`` (tests of the gateway's error path)."""
+        self._log = log or OnceLog()
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError as exc:
+                raise CollectError(f"pynvml is not installed ({exc})") from None
+            nvml = pynvml
+        self._nvml: Any = nvml
+        if init:
+            try:
+                nvml.nvmlInit()
+            except Exception as exc:
+                raise CollectError(f"NVML cannot start ({_describe(exc)})") from None
+        self._open = True
+        self._handles: dict[int, Any] = {}
+        self._gpm_prev: dict[int, Any] = {}
+        self._gpm_spare: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ the gateway
+    def _query(self, fn: str | Callable[..., Any], *args: Any, default: Any = None) -> Any:
+        """Call ``fn`` (a ``pynvml`` function or its name) with ``args``; on any error, or
+        when the function does not exist, log once per function name and return
+        ``default``."""
+        name = fn if isinstance(fn, str) else getattr(fn, "__name__", repr(fn))
+        func = getattr(self._nvml, fn, None) if isinstance(fn, str) else fn
+        if func is None:
+            self._log(
+                "nvml-missing:" + name,
+                "pynvml has no %s (update nvidia-ml-py); that reading is left out",
+                name,
+                level=logging.INFO,
+            )
+            return default
+        try:
+            return func(*args)
+        except Exception as exc:
+            not_supported = type(exc).__name__ == "NVMLError_NotSupported"
+            self._log(
+                "nvml:" + name,
+                "NVML %s failed (%s); that reading is left out",
+                name,
+                _describe(exc),
+                level=logging.INFO if not_supported else logging.WARNING,
+            )
+            return default
+
+    def _handle(self, index: int) -> Any:
+        h = self._handles.get(index)
+        if h is None:
+            h = self._query("nvmlDeviceGetHandleByIndex", index)
+            if h is not None:
+                self._handles[index] = h
+        return h
+
+    # ------------------------------------------------------------------ the protocol
+    def device_count(self) -> int:
+        return int(self._query("nvmlDeviceGetCount", default=0))
+
+    def device_info(self, index: int) -> GpuInfo:
+        h = self._handle(index)
+        name = _text(self._query("nvmlDeviceGetName", h, default=f"GPU {index}"))
+        uuid = _text(self._query("nvmlDeviceGetUUID", h, default=""))
+        mem = self._query("nvmlDeviceGetMemoryInfo", h)
+        limit_mw = self._query("nvmlDeviceGetEnforcedPowerLimit", h)
+        support = self._query("nvmlGpmQueryDeviceSupport", h)
+        return GpuInfo(
+            index=index,
+            name=name,
+            uuid=uuid,
+            memory_total=float(mem.total) if mem is not None else None,
+            power_limit=limit_mw / 1000.0 if limit_mw is not None else None,
+            gpm_supported=bool(getattr(support, "isSupportedDevice", 0)),
+        )
+
+    def read(self, index: int) -> GpuReading:
+        h = self._handle(index)
+        nv = self._nvml
+        util = self._query("nvmlDeviceGetUtilizationRates", h)
+        mem = self._query("nvmlDeviceGetMemoryInfo", h)
+        power_mw = self._query("nvmlDeviceGetPowerUsage", h)
+        temp = self._query("nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        clock = self._query("nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+        reasons_fn = (
+            "nvmlDeviceGetCurrentClocksEventReasons"
+            if hasattr(nv, "nvmlDeviceGetCurrentClocksEventReasons")
+            else "nvmlDeviceGetCurrentClocksThrottleReasons"
+        )
+        throttle = self._query(reasons_fn, h)
+        energy = self._query("nvmlDeviceGetTotalEnergyConsumption", h)
+        return GpuReading(
+            util=_num(getattr(util, "gpu", None)),
+            mem_bw_util=_num(getattr(util, "memory", None)),
+            mem_used=_num(getattr(mem, "used", None)),
+            power=power_mw / 1000.0 if power_mw is not None else None,
+            temp=_num(temp),
+            clock_sm=_num(clock),
+            throttle=_num(throttle),
+            energy_mj=_num(energy),
+        )
+
+    def processes(self, index: int) -> list[tuple[int, float | None]] | None:
+        h = self._handle(index)
+        compute = self._query("nvmlDeviceGetComputeRunningProcesses", h)
+        graphics = self._query("nvmlDeviceGetGraphicsRunningProcesses", h)
+        if compute is None and graphics is None:
+            return None
+        used: dict[int, float | None] = {}
+        for p in (compute or []) + (graphics or []):
+            pid = int(p.pid)
+            mem = _num(getattr(p, "usedGpuMemory", None))
+            old = used.get(pid)
+            # A process listed as both compute and graphics holds one allocation.
+            used[pid] = mem if old is None else (old if mem is None else max(old, mem))
+        return sorted(used.items())
+
+    def gpm(self, index: int) -> dict[str, float] | None:
+        h = self._handle(index)
+        nv = self._nvml
+        if index not in self._gpm_spare:
+            sample = self._query("nvmlGpmSampleAlloc")
+            if sample is None:
+                return None
+            self._gpm_spare[index] = sample
+        cur = self._gpm_spare[index]
+        if self._query("nvmlGpmSampleGet", h, cur) is None:
+            return None
+        prev = self._gpm_prev.get(index)
+        self._gpm_prev[index] = cur
+        if prev is None:
+            spare = self._query("nvmlGpmSampleAlloc")
+            if spare is None:
+                return None
+            self._gpm_spare[index] = spare
+            return None
+        self._gpm_spare[index] = prev
+        try:
+            req = nv.c_nvmlGpmMetricsGet_t()
+            req.version = nv.NVML_GPM_METRICS_GET_VERSION
+            req.numMetrics = len(_GPM_KEYS)
+            req.sample1 = prev
+            req.sample2 = cur
+            for k, (_, const) in enumerate(_GPM_KEYS):
+                req.metrics[k].metricId = getattr(nv, const)
+        except Exception as exc:
+            self._log("nvml:gpm-request", "cannot build a GPM request (%s)", _describe(exc))
+            return None
+        got = self._query("nvmlGpmMetricsGet", req)
+        if got is None:
+            return None
+        out: dict[str, float] = {}
+        for k, (key, _) in enumerate(_GPM_KEYS):
+            m = got.metrics[k]
+            if int(m.nvmlReturn) == 0:
+                out[key] = float(m.value)
+        return out or None
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        for sample in list(self._gpm_prev.values()) + list(self._gpm_spare.values()):
+            self._query("nvmlGpmSampleFree", sample)
+        self._gpm_prev.clear()
+        self._gpm_spare.clear()
+        self._query("nvmlShutdown")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _text(v: Any) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def open_gpu_backend(
+    root_pid: int | None = None,
+    *,
+    log: OnceLog | None = None,
+    replay: str | None = None,
+    clock: Callable[[], float] | None = None,
+) -> GpuBackend | None:
+    """The GPU backend to sample, or None when there is none (said in one log line).
+
+    Precedence: ``replay`` argument, then ``$TUNESCOPE_GPU_REPLAY``, then the real NVML.
+    ``root_pid`` is the watched process (the replay maps recorded trial pids onto it);
+    ``clock`` (monotonic seconds) drives replay time, for tests.
+    A replay that cannot be read raises CollectError: it was asked for explicitly.
+    """
+    log = log or OnceLog()
+    source = replay if replay else os.environ.get(REPLAY_ENV)
+    if source:
+        from tunescope.collect._replay import ReplayBackend
+
+        backend = ReplayBackend.open(source, root_pid=root_pid, clock=clock)
+        log(
+            "gpu-backend",
+            "GPU readings replayed from %s (%s)",
+            backend.source,
+            "synthesized" if backend.synthesized else "recorded",
+            level=logging.INFO,
+        )
+        return backend
+    try:
+        nvml = NvmlBackend(log)
+    except CollectError as exc:
+        log("gpu-backend", "no GPU metrics: %s", exc, level=logging.INFO)
+        return None
+    if nvml.device_count() <= 0:
+        log("gpu-backend", "no GPU metrics: NVML sees no GPU", level=logging.INFO)
+        nvml.close()
+        return None
+    return nvml

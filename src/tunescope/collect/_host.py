@@ -1,0 +1,275 @@
+"""Host probe: the trial's process tree (CPU time, memory, count) and the whole machine.
+
+The tree is the watched root process and all its descendants (``psutil`` children, recursive),
+found again at every sample so that processes started later are included. A process once seen
+stays part of the trial until it exits, even if it is re-parented (a daemonised child). The
+sampler's own process and its descendants are excluded: the sampler is usually a child of the
+training process.
+
+Metrics (catalog keys, base units):
+
+* ``cpu.util`` (%): CPU time (user + system) the tree used in the interval ending at the
+  sample, / (wall length of the interval x ``cpu.capacity``) x 100. Absent at the first sample,
+  which sets the baseline. Not clamped, so its integral is the CPU time used.
+* ``cpu.capacity`` (cores): min(cgroup CPU quota, CPUs in the root's affinity mask), re-read
+  every 10 s.
+* ``cpu.mem`` (bytes): sum of proportional set sizes over the tree, so pages that forked
+  workers share count once; RSS for a process whose PSS cannot be read (logged once).
+* ``cpu.mem.limit`` (bytes): the cgroup memory limit, else the host's RAM (every 10 s).
+* ``cpu.procs`` (count): live (non-zombie) processes in the tree.
+* ``host.cpu.util`` (%): ``psutil.cpu_percent()`` since the previous sample (absent at the
+  first, which primes it).
+* ``host.mem.used`` (bytes): ``virtual_memory().total - available``.
+
+Processes that appear or vanish between samples never give negative deltas: CPU time is
+tracked per (pid, create time); a process new since the previous sample counts its whole CPU
+time in its first interval; one that vanished contributes nothing more (the CPU time it used
+after the previous sample and before exiting is not seen: at most one interval's worth).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from tunescope.collect._cgroup import affinity_cores, cpu_limit, memory_limit
+from tunescope.collect._once import OnceLog
+
+__all__ = ["HOST_METRICS", "HostProbe", "ProcInfo"]
+
+HOST_METRICS = (
+    "cpu.util",
+    "cpu.capacity",
+    "cpu.mem",
+    "cpu.mem.limit",
+    "cpu.procs",
+    "host.cpu.util",
+    "host.mem.used",
+)
+"""Catalog keys this probe writes (device None)."""
+
+Key = tuple[int, float]
+
+LIMITS_TTL = 10.0
+"""Seconds between re-reads of the cgroup limits and affinity (they rarely change)."""
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One process of the tree at one sample. ``cpu`` in seconds (user + system),
+    ``mem`` in bytes (PSS, or RSS when ``pss`` is False), None if unreadable."""
+
+    pid: int
+    create_time: float
+    cpu: float | None
+    mem: float | None
+    pss: bool
+    zombie: bool
+
+
+class HostProbe:
+    """Samples the process tree rooted at ``root_pid`` and the host; see the module doc."""
+
+    def __init__(
+        self,
+        root_pid: int,
+        *,
+        exclude_pid: int | None = None,
+        proc: Path = Path("/proc"),
+        log: OnceLog | None = None,
+    ) -> None:
+        self.root_pid = root_pid
+        self.exclude_pid = os.getpid() if exclude_pid is None else exclude_pid
+        self._proc = proc
+        self._log = log or OnceLog()
+        self._root: psutil.Process | None
+        try:
+            self._root = psutil.Process(root_pid)
+        except psutil.Error:
+            self._root = None
+            self._log("root-gone", "process %d does not exist; recording an empty tree", root_pid)
+        self._members: dict[Key, psutil.Process] = {}
+        self._cpu: dict[Key, float] = {}
+        self._last: float | None = None
+        self._capacity: float | None = None
+        self._limits_at: float | None = None
+        self._limits_cache: tuple[float, float] | None = None
+        self.seen_pids: set[int] = set()
+        """Every pid ever seen in the tree (the root included)."""
+        self.current_pids: set[int] = set()
+        """Pids of the tree at the last sample."""
+
+    # ------------------------------------------------------------------ process tree
+    def _candidates(self) -> dict[int, psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        root = self._root
+        if root is not None:
+            try:
+                if root.is_running():
+                    found[root.pid] = root
+                    for child in root.children(recursive=True):
+                        found[child.pid] = child
+            except psutil.Error:
+                pass
+        for key, p in list(self._members.items()):
+            if key[0] not in found:
+                try:
+                    if p.is_running():
+                        found[p.pid] = p
+                except psutil.Error:
+                    pass
+        return found
+
+    def _read(self, p: psutil.Process) -> tuple[ProcInfo, int] | None:
+        """(info, parent pid) of a live process, None if it vanished."""
+        try:
+            with p.oneshot():
+                ppid = p.ppid()
+                ctime = p.create_time()
+                zombie = p.status() == psutil.STATUS_ZOMBIE
+                times = p.cpu_times()
+                cpu = times.user + times.system
+        except psutil.NoSuchProcess:
+            return None
+        except psutil.Error as exc:
+            self._log(
+                "cpu-" + type(exc).__name__,
+                "cannot read CPU times of process %d (%s); it is left out",
+                p.pid,
+                exc,
+            )
+            return None
+        mem: float | None = None
+        pss = True
+        if not zombie:
+            try:
+                mem = float(p.memory_full_info().pss)
+            except psutil.NoSuchProcess:
+                return None
+            except (psutil.Error, OSError, AttributeError) as exc:
+                pss = False
+                self._log(
+                    "pss",
+                    "cannot read PSS of process %d (%s); using RSS, which counts "
+                    "pages shared between processes more than once",
+                    p.pid,
+                    exc,
+                )
+                try:
+                    mem = float(p.memory_info().rss)
+                except psutil.NoSuchProcess:
+                    return None
+                except psutil.Error:
+                    mem = None
+        return ProcInfo(p.pid, ctime, cpu, mem, pss, zombie), ppid
+
+    def tree(self) -> list[ProcInfo]:
+        """The processes of the trial now, the sampler's own subtree left out."""
+        candidates = self._candidates()
+        infos: dict[int, tuple[ProcInfo, int, psutil.Process]] = {}
+        for pid, p in candidates.items():
+            if pid == self.exclude_pid:
+                continue
+            got = self._read(p)
+            if got is not None:
+                infos[pid] = (got[0], got[1], p)
+        parent = {pid: ppid for pid, (_, ppid, _) in infos.items()}
+        out: list[ProcInfo] = []
+        members: dict[Key, psutil.Process] = {}
+        for pid, (info, _, p) in infos.items():
+            if self._descends_from_excluded(pid, parent):
+                continue
+            out.append(info)
+            members[(info.pid, info.create_time)] = p
+        self._members = members
+        return out
+
+    def _descends_from_excluded(self, pid: int, parent: dict[int, int]) -> bool:
+        """Whether the sampler is an ancestor of ``pid`` below the root. The walk stops at the
+        root, so a root that is itself a child of the sampler (in-process use) is kept."""
+        seen: set[int] = set()
+        cur = pid
+        while cur != self.root_pid and cur in parent and cur not in seen:
+            seen.add(cur)
+            cur = parent[cur]
+            if cur == self.exclude_pid:
+                return True
+        return False
+
+    # ------------------------------------------------------------------ limits
+    def _limits(self, mono: float) -> tuple[float, float]:
+        """(capacity, memory limit), re-read at most every :data:`LIMITS_TTL` seconds."""
+        if (
+            self._limits_at is None
+            or mono - self._limits_at >= LIMITS_TTL
+            or self._limits_cache is None
+        ):
+            self._limits_cache = (self.capacity(), self.memory_limit())
+            self._limits_at = mono
+        return self._limits_cache
+
+    def capacity(self) -> float:
+        """Cores the trial may use: min(cgroup quota, affinity of the root), else of the
+        sampler itself when the root is gone; at least a hundredth of a core."""
+        for pid in (self.root_pid, os.getpid()):
+            cores = affinity_cores(pid)
+            if cores is None:
+                continue
+            quota = cpu_limit(pid, proc=self._proc)
+            cap = float(cores) if quota is None else min(float(cores), quota)
+            self._capacity = max(cap, 0.01)
+            return self._capacity
+        if self._capacity is None:
+            self._capacity = float(os.cpu_count() or 1)
+        return self._capacity
+
+    def memory_limit(self) -> float:
+        """Bytes the trial may hold: its cgroup memory limit, else the host's RAM."""
+        limit = memory_limit(self.root_pid, proc=self._proc)
+        if limit is None:
+            limit = memory_limit(os.getpid(), proc=self._proc)
+        return float(limit if limit is not None else psutil.virtual_memory().total)
+
+    # ------------------------------------------------------------------ one sample
+    def sample(self, mono: float) -> dict[str, float]:
+        """Read every host metric at monotonic time ``mono`` (seconds); keys are catalog
+        keys, values in base units. Never raises for a process that vanished."""
+        procs = self.tree()
+        values: dict[str, float] = {}
+        capacity, mem_limit = self._limits(mono)
+        values["cpu.capacity"] = capacity
+        values["cpu.mem.limit"] = mem_limit
+        cpu_now: dict[Key, float] = {}
+        used = 0.0
+        for info in procs:
+            if info.cpu is None:
+                continue
+            key = (info.pid, info.create_time)
+            cpu_now[key] = info.cpu
+            prev = self._cpu.get(key)
+            used += info.cpu if prev is None else max(0.0, info.cpu - prev)
+        first = self._last is None
+        if self._last is not None and mono > self._last:
+            values["cpu.util"] = used / ((mono - self._last) * capacity) * 100.0
+        self._cpu = cpu_now
+        self._last = mono
+        values["cpu.mem"] = sum(i.mem for i in procs if i.mem is not None and not i.zombie)
+        values["cpu.procs"] = float(sum(1 for i in procs if not i.zombie))
+        self.current_pids = {i.pid for i in procs}
+        self.seen_pids |= self.current_pids
+        try:
+            vm = psutil.virtual_memory()
+            values["host.mem.used"] = float(vm.total - vm.available)
+        except (OSError, psutil.Error) as exc:  # pragma: no cover - /proc unreadable
+            self._log("host-mem", "cannot read host memory (%s)", exc)
+        try:
+            host_cpu = psutil.cpu_percent(interval=None)
+            if not first:
+                values["host.cpu.util"] = float(host_cpu)
+        except (OSError, psutil.Error) as exc:  # pragma: no cover - /proc unreadable
+            self._log("host-cpu", "cannot read host CPU use (%s)", exc, level=logging.WARNING)
+        return values

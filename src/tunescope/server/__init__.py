@@ -1,0 +1,11 @@
+"""The server: a FastAPI app over one store, serving the query API and the web page.
+
+:func:`create_app` builds the app (used in-process by the tests and by any ASGI server);
+:func:`serve` runs it with uvicorn. The routes are listed in docs/api.md. The server reads the
+store and never writes it, so it can run while samplers record into the same database.
+"""
+
+from tunescope.server._app import create_app, serve
+from tunescope.server._errors import ApiError
+
+__all__ = ["ApiError", "create_app", "serve"]

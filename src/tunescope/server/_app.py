@@ -1,0 +1,110 @@
+"""The app factory and the server loop.
+
+:func:`create_app` opens one store for the app and builds a FastAPI app over it: the query
+routes under ``/api``, the OpenAPI document at ``/api/openapi.json`` (interactive docs at
+``/api/docs``), and the web page at ``/``. Nothing is opened or bound when this module is
+imported; :func:`serve` is the only thing that listens on a socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import webbrowser
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tunescope import __version__
+from tunescope.server._errors import install_error_handlers
+from tunescope.server._routes import api_router
+from tunescope.server._static import default_static_dir, mount_page
+from tunescope.store import Store, open_store
+
+__all__ = ["create_app", "release_store", "serve"]
+
+log = logging.getLogger("tunescope.server")
+
+
+class NoStoreMiddleware:
+    """Adds ``Cache-Control: no-store`` to every response under ``/api``: the page polls
+    running trials and must never see a cached window."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/api"):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_no_store(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["Cache-Control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, send_no_store)
+
+
+def release_store(store: Store) -> None:
+    """Close the store. The server only reads, and a store that only read writes nothing
+    on close (it packs only the samples it wrote itself). Safe to call twice."""
+    store.close()
+
+
+def create_app(store_url: str, *, static_dir: Path | None = None) -> FastAPI:
+    """A FastAPI app serving the store at ``store_url``.
+
+    ``static_dir`` is the built web page; by default the package's ``server/static`` folder
+    when it holds an ``index.html``. Without a built page, ``/`` answers a note saying to run
+    ``make web``. The store is opened now (errors in the URL surface here, as
+    ConfigError / StoreError) and released when the app shuts down.
+    """
+    store = open_store(store_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            release_store(store)
+
+    app = FastAPI(
+        title="tunescope",
+        version=__version__,
+        description="Second-by-second hardware use of every trial of a fine-tune run. "
+        "Times are UNIX epoch seconds; values are in the metric's base unit; null means "
+        'missing. Errors: {"error": {"status", "code", "message"}}.',
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.store = store
+    install_error_handlers(app)
+    app.add_middleware(NoStoreMiddleware)
+    app.include_router(api_router(store), prefix="/api")
+    mount_page(app, static_dir if static_dir is not None else default_static_dir())
+    return app
+
+
+def serve(
+    store_url: str, host: str = "127.0.0.1", port: int = 8765, open_browser: bool = False
+) -> None:
+    """Serve the app with uvicorn until interrupted. Binds 127.0.0.1 unless told otherwise;
+    with ``open_browser`` the page opens in the default browser once the server listens."""
+    import uvicorn
+
+    app = create_app(store_url)
+    if open_browser:
+        shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
+        url = f"http://{shown}:{port}/"
+        timer = threading.Timer(1.0, webbrowser.open, args=(url,))
+        timer.daemon = True
+        timer.start()
+    log.info("serving %s on http://%s:%d/", store_url, host, port)
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -1,0 +1,152 @@
+"""Reads the routes share: lookups that turn NotFound into 404s, window bounds, run summaries.
+
+Everything here only reads the store. The store serialises its own calls, so these functions
+may run on any thread of the server's pool.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+
+from tunescope.errors import NotFound
+from tunescope.metrics import CATALOG
+from tunescope.server._errors import invalid, not_found
+from tunescope.store import RunInfo, SeriesInfo, Store, TrialInfo
+
+__all__ = [
+    "RunSummaries",
+    "device_key",
+    "metric_order",
+    "resolve_run",
+    "resolve_trial",
+    "window_bounds",
+]
+
+_FINISHED = frozenset({"completed", "failed", "pruned"})
+_CATALOG_ORDER = {m.key: i for i, m in enumerate(CATALOG)}
+
+
+def resolve_run(store: Store, run: str) -> RunInfo:
+    """A run by id (all digits) or name; a run whose name is all digits is found too."""
+    if run.isascii() and run.isdigit() and len(run) < 19:
+        try:
+            return store.get_run(int(run))
+        except NotFound:
+            pass
+    try:
+        return store.get_run(run)
+    except NotFound:
+        raise not_found(f"no run {run!r}") from None
+
+
+def resolve_trial(store: Store, trial: int) -> TrialInfo:
+    """A trial by id, or a 404."""
+    try:
+        return store.get_trial(trial)
+    except NotFound:
+        raise not_found(f"no trial {trial}") from None
+
+
+def metric_order(key: str) -> tuple[int, str]:
+    """Sort key: catalog order (headline metrics first), then unknown keys by name."""
+    return (_CATALOG_ORDER.get(key, len(_CATALOG_ORDER)), key)
+
+
+def device_key(device: str | None) -> tuple[int, int, str]:
+    """Sort key for devices: trial-wide (None) first, then numbers in numeric order."""
+    if device is None:
+        return (0, 0, "")
+    m = re.fullmatch(r"\d+", device)
+    return (1, int(device), "") if m else (2, 0, device)
+
+
+def _check_finite(name: str, value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise invalid(f"{name}: must be a finite number of seconds, not {value}")
+
+
+def window_bounds(
+    start: float | None, end: float | None, lo: float, hi: float, pad: float
+) -> tuple[float, float]:
+    """The [start, end] of a window: given values win over the default extent [lo, hi].
+
+    Both given: end must exceed start (else a 422). One or none given: when the result is
+    empty (a single sample, a start past the data) it is widened by ``pad`` seconds on the side
+    that was not given, so a request for "what came after t" is valid and simply empty.
+    """
+    _check_finite("start", start)
+    _check_finite("end", end)
+    if start is not None and end is not None:
+        if not end > start:
+            raise invalid(f"start ({start}) must be before end ({end})")
+        return start, end
+    s = lo if start is None else start
+    e = hi if end is None else end
+    if not e > s:
+        if end is None:
+            e = s + pad
+        else:
+            s = e - pad
+    return s, e
+
+
+def series_extent(store: Store, infos: list[SeriesInfo]) -> tuple[float, float] | None:
+    """(first t, last t) over the given series, None when none has a sample."""
+    extents = [e for e in (store.series_extent(s.id) for s in infos) if e is not None]
+    if not extents:
+        return None
+    return min(e[0] for e in extents), max(e[1] for e in extents)
+
+
+def series_peak(store: Store, info: SeriesInfo) -> float | None:
+    """The highest sample of a series, from stored chunk summaries (no decoding)."""
+    extent = store.series_extent(info.id)
+    if extent is None:
+        return None
+    lo, hi, _ = extent
+    w = store.window(info.id, lo, hi if hi > lo else lo + 1.0, 1)
+    if w.samples is not None:
+        return max((v for _, v in w.samples), default=None)
+    return max((b.max for b in w.buckets or ()), default=None)
+
+
+class RunSummaries:
+    """Duration and peak GPU memory of runs, for the runs list.
+
+    The peak of a trial that has finished is remembered: its series no longer grow.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._peaks: dict[int, float | None] = {}
+
+    def trial_peak(self, trial: TrialInfo) -> float | None:
+        """Highest gpu.mem sample of the trial on any GPU, bytes; None without GPU series."""
+        with self._lock:
+            if trial.id in self._peaks:
+                return self._peaks[trial.id]
+        peaks = [
+            p
+            for p in (
+                series_peak(self._store, s) for s in self._store.list_series(trial.id, "gpu.mem")
+            )
+            if p is not None
+        ]
+        peak = max(peaks) if peaks else None
+        if trial.state in _FINISHED:
+            with self._lock:
+                self._peaks[trial.id] = peak
+        return peak
+
+    def summary(self, run: RunInfo, trials: list[TrialInfo]) -> tuple[float, float | None]:
+        """(duration_s, peak_gpu_mem) of a run whose trials are given."""
+        if run.end is not None:
+            last = run.end
+        else:
+            marks = [t.end if t.end is not None else (t.heartbeat or t.start) for t in trials]
+            last = max(marks, default=run.start)
+        peaks = [p for p in (self.trial_peak(t) for t in trials) if p is not None]
+        return max(0.0, last - run.start), (max(peaks) if peaks else None)

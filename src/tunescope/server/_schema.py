@@ -1,0 +1,177 @@
+"""Response models: the shapes of docs/api.md, for the OpenAPI document.
+
+Routes build their JSON with :mod:`tunescope.server._serialize` and return it directly (no
+per-request validation cost); the tests validate every response against these models so the
+document and the responses cannot drift apart. Times are UNIX epoch seconds, values are in the
+metric's base unit, ``None`` (JSON ``null``) means missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "CheckpointOut",
+    "ErrorBody",
+    "ErrorOut",
+    "EventBinOut",
+    "EventOut",
+    "EventsOut",
+    "HealthOut",
+    "MetricOut",
+    "RunDetailOut",
+    "RunOut",
+    "ScalarOut",
+    "ScalarsOut",
+    "SeriesOut",
+    "TrialMetricOut",
+    "TrialOut",
+    "WindowOut",
+]
+
+
+class ErrorBody(BaseModel):
+    status: int = Field(description="the HTTP status, repeated")
+    code: str = Field(description="not_found, invalid, method_not_allowed, store_error…")
+    message: str = Field(description="one line for people")
+
+
+class ErrorOut(BaseModel):
+    """The one error shape."""
+
+    error: ErrorBody
+
+
+class HealthOut(BaseModel):
+    ok: bool
+    store: str = Field(description="URL of the store the server reads")
+
+
+class MetricOut(BaseModel):
+    """One row of the metric catalog."""
+
+    key: str
+    label: str
+    unit: str = Field(description="display unit")
+    scale: float = Field(description="multiply a stored base-unit value by this for `unit`")
+    source: str
+    scope: Literal["trial", "gpu", "host"]
+    headline: bool
+    markers: bool = Field(description="whether step / evaluation markers belong on its chart")
+    max_value: float | None = Field(description="fixed top of the y axis in display units")
+    equivalent: str
+    description: str
+
+
+class TrialOut(BaseModel):
+    id: int
+    run_id: int
+    name: str
+    state: Literal["running", "completed", "failed", "lost", "pruned"]
+    params: dict[str, Any]
+    host: str
+    pids: list[int]
+    start: float
+    end: float | None
+    heartbeat: float | None
+    error: str | None
+    interval: float = Field(description="sampling interval in seconds")
+
+
+class RunOut(BaseModel):
+    id: int
+    name: str
+    start: float
+    end: float | None = Field(description="null while a trial has not ended")
+    state: str = Field(description="running, completed, failed, lost or empty")
+    trials: int
+    duration_s: float = Field(
+        description="end - start; while not ended, up to the latest trial end or heartbeat"
+    )
+    peak_gpu_mem: float | None = Field(
+        description="highest gpu.mem sample of any trial on any GPU, bytes"
+    )
+
+
+class RunDetailOut(BaseModel):
+    id: int
+    name: str
+    start: float
+    end: float | None
+    state: str
+    duration_s: float
+    peak_gpu_mem: float | None
+    trials: list[TrialOut]
+
+
+class TrialMetricOut(BaseModel):
+    metric: str
+    devices: list[str | None] = Field(description="GPU indices; null for a trial-wide series")
+
+
+class SeriesOut(BaseModel):
+    """One device's series in a window: raw samples, or one entry per non-empty bucket."""
+
+    device: str | None
+    note: str | None
+    mode: Literal["raw", "buckets"]
+    t: list[float] = Field(description="sample time (raw), midpoint of a bucket's samples")
+    mean: list[float] = Field(description="sample value (raw) or bucket mean")
+    min: list[float] | None
+    max: list[float] | None
+    n: list[int] | None
+
+
+class WindowOut(BaseModel):
+    metric: str
+    start: float
+    end: float
+    points: int
+    series: list[SeriesOut]
+
+
+class EventOut(BaseModel):
+    kind: str
+    name: str | None
+    step: int | None
+    t: float
+    duration: float | None
+    value: float | None
+    data: dict[str, Any] | None
+
+
+class EventBinOut(BaseModel):
+    kind: str
+    t0: float
+    t1: float
+    count: int
+
+
+class EventsOut(BaseModel):
+    start: float
+    end: float
+    total: int
+    events: list[EventOut] | None
+    bins: list[EventBinOut] | None
+
+
+class ScalarOut(BaseModel):
+    name: str
+    step: int | None
+    t: float
+    value: float
+
+
+class ScalarsOut(BaseModel):
+    names: list[str]
+    scalars: list[ScalarOut]
+
+
+class CheckpointOut(BaseModel):
+    t: float
+    name: str | None
+    step: int | None
+    path: str | None
+    bytes: int | None

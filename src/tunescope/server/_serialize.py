@@ -1,0 +1,147 @@
+"""Store records into the JSON shapes of docs/api.md (plain dicts and lists, no validation).
+
+The shapes are described by the models in :mod:`tunescope.server._schema`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunescope.metrics import Metric
+from tunescope.store import Event, EventsWindow, RunInfo, Scalar, TrialInfo, Window
+
+__all__ = [
+    "checkpoint_json",
+    "event_json",
+    "events_json",
+    "metric_json",
+    "run_json",
+    "scalar_json",
+    "trial_json",
+    "window_series_json",
+]
+
+Json = dict[str, Any]
+
+
+def metric_json(m: Metric) -> Json:
+    """One catalog row."""
+    return {
+        "key": m.key,
+        "label": m.label,
+        "unit": m.unit,
+        "scale": m.scale,
+        "source": m.source,
+        "scope": m.scope,
+        "headline": m.headline,
+        "markers": m.markers,
+        "max_value": m.max_value,
+        "equivalent": m.equivalent,
+        "description": m.description,
+    }
+
+
+def trial_json(t: TrialInfo) -> Json:
+    """One trial."""
+    return {
+        "id": t.id,
+        "run_id": t.run_id,
+        "name": t.name,
+        "state": t.state,
+        "params": t.params,
+        "host": t.host,
+        "pids": list(t.pids),
+        "start": t.start,
+        "end": t.end,
+        "heartbeat": t.heartbeat,
+        "error": t.error,
+        "interval": t.interval,
+    }
+
+
+def run_json(
+    r: RunInfo, duration_s: float, peak_gpu_mem: float | None, trials: list[TrialInfo] | None = None
+) -> Json:
+    """One run: with the trial count, or with the trials themselves when given."""
+    return {
+        "id": r.id,
+        "name": r.name,
+        "start": r.start,
+        "end": r.end,
+        "state": r.state,
+        "trials": r.trials if trials is None else [trial_json(t) for t in trials],
+        "duration_s": duration_s,
+        "peak_gpu_mem": peak_gpu_mem,
+    }
+
+
+def window_series_json(w: Window) -> Json:
+    """One device's series in a window: ``raw`` samples or ``buckets``."""
+    info = w.series
+    if w.samples is not None:
+        return {
+            "device": info.device,
+            "note": info.note,
+            "mode": "raw",
+            "t": [s[0] for s in w.samples],
+            "mean": [s[1] for s in w.samples],
+            "min": None,
+            "max": None,
+            "n": None,
+        }
+    buckets = w.buckets or []
+    return {
+        "device": info.device,
+        "note": info.note,
+        "mode": "buckets",
+        "t": [(b.t_first + b.t_last) / 2.0 for b in buckets],
+        "mean": [b.mean for b in buckets],
+        "min": [b.min for b in buckets],
+        "max": [b.max for b in buckets],
+        "n": [b.n for b in buckets],
+    }
+
+
+def event_json(e: Event) -> Json:
+    """One event."""
+    return {
+        "kind": e.kind,
+        "name": e.name,
+        "step": e.step,
+        "t": e.t,
+        "duration": e.duration,
+        "value": e.value,
+        "data": e.data,
+    }
+
+
+def events_json(w: EventsWindow) -> Json:
+    """Events of a window, or their counts per bin and kind when there are too many."""
+    return {
+        "start": w.start,
+        "end": w.end,
+        "total": w.total,
+        "events": None if w.events is None else [event_json(e) for e in w.events],
+        "bins": None
+        if w.bins is None
+        else [{"kind": b.kind, "t0": b.t0, "t1": b.t1, "count": b.count} for b in w.bins],
+    }
+
+
+def scalar_json(s: Scalar) -> Json:
+    """One scalar."""
+    return {"name": s.name, "step": s.step, "t": s.t, "value": s.value}
+
+
+def checkpoint_json(e: Event) -> Json:
+    """A ``checkpoint`` event as a checkpoint: ``path`` and ``bytes`` come from its data."""
+    data = e.data or {}
+    path = data.get("path")
+    size = data.get("bytes")
+    return {
+        "t": e.t,
+        "name": e.name,
+        "step": e.step,
+        "path": path if isinstance(path, str) else None,
+        "bytes": size if isinstance(size, int) and not isinstance(size, bool) else None,
+    }

@@ -1,0 +1,451 @@
+"""The host probe measured against processes whose CPU time and memory are known.
+
+Each test runs the real sampler process (``python -m tunescope.collect``) on a real child
+process and reads what it wrote from a real SQLite store. The assertions are on CPU *time* and
+resident memory, which a loaded machine does not change, never on wall-clock shares.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from tunescope.collect._cgroup import (
+    cpu_limit,
+    memory_limit,
+    parse_cfs,
+    parse_cpu_max,
+    parse_memory_limit,
+    parse_mountinfo,
+    parse_proc_cgroup,
+)
+from tunescope.collect._host import HostProbe
+from tunescope.store import open_store
+
+MIB = 1024 * 1024
+BUF = 300 * MIB
+
+
+# ---------------------------------------------------------------------- helpers
+class Proc:
+    """A child process whose stdout lines arrive on a queue (reads never block the test)."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.p = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
+
+    def _pump(self) -> None:
+        assert self.p.stdout is not None
+        with self.p.stdout:
+            for raw in self.p.stdout:
+                self.lines.put(raw.decode().rstrip("\n"))
+        self.lines.put("<eof>")
+
+    def expect(self, timeout: float = 30.0) -> str:
+        return self.lines.get(timeout=timeout)
+
+    def send(self, line: str) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(line.encode() + b"\n")
+        self.p.stdin.flush()
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait(timeout=10)
+        for stream in (self.p.stdin, self.p.stderr):
+            if stream is not None:
+                stream.close()
+        self._pump_thread.join(timeout=10)
+
+    def stderr(self) -> str:
+        assert self.p.stderr is not None
+        return self.p.stderr.read().decode()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+def python(code: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code), *args]
+
+
+def make_trial(url: str) -> int:
+    with open_store(url) as s:
+        return s.create_trial(s.ensure_run("r").id).id
+
+
+def sampler(url: str, trial: int, pid: int, interval: float) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tunescope.collect",
+        "--store",
+        url,
+        "--trial",
+        str(trial),
+        "--pid",
+        str(pid),
+        "--interval",
+        str(interval),
+    ]
+
+
+def clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("TUNESCOPE_GPU_REPLAY", None)
+    return env
+
+
+def start_sampler(procs: list[Proc], url: str, trial: int, pid: int, interval: float) -> Proc:
+    s = Proc(sampler(url, trial, pid, interval), env=clean_env())
+    procs.append(s)
+    assert s.expect() == "ready"
+    return s
+
+
+def stop_sampler(s: Proc) -> None:
+    s.send("stop")
+    assert s.p.wait(timeout=30) == 0
+
+
+def series(url: str, trial: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    with open_store(url) as s:
+        (info,) = s.list_series(trial, metric)
+        t, v = s.read_samples(info.id)
+    return t, v
+
+
+def cpu_seconds(url: str, trial: int) -> float:
+    """Integral of cpu.util x cpu.capacity over time: the CPU seconds the sampler saw. Each
+    cpu.util sample covers the interval since the previous sample (cpu.capacity is written at
+    every sample, the first included, so its times are the sample times)."""
+    t_cap, cap = series(url, trial, "cpu.capacity")
+    t_u, util = series(url, trial, "cpu.util")
+    total = 0.0
+    for t, u in zip(t_u, util, strict=True):
+        i = int(np.searchsorted(t_cap, t))
+        assert t_cap[i] == t and i > 0
+        total += u / 100.0 * cap[i] * (t - t_cap[i - 1])
+    return total
+
+
+# ---------------------------------------------------------------------- (a) CPU time
+BURNER = """
+import sys, time
+print("up", flush=True)
+sys.stdin.readline()
+start = time.process_time()
+while time.process_time() - start < 1.5:   # 1.5 s of CPU over ~3 s of wall time
+    t = time.process_time()
+    while time.process_time() - t < 0.05:
+        pass
+    time.sleep(0.05)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_cpu_util_integrates_to_the_cpu_time_burned(sqlite_url: str, procs: list[Proc]) -> None:
+    """A child burns exactly 1.5 s of CPU (its own process_time) over ~3 s of wall time.
+
+    Tolerance 0.08 s: /proc reports CPU time in 10 ms clock ticks (<= 0.02 s at the two ends),
+    the burner overshoots by less than a loop iteration (< 0.01 s), and stored timestamps are
+    rounded to 1 ms (< 0.01 s over the run). Load on the machine stretches the wall time but
+    not the CPU time, so it does not move the integral.
+    """
+    trial = make_trial(sqlite_url)
+    child = Proc(python(BURNER))
+    procs.append(child)
+    assert child.expect() == "up"
+    s = start_sampler(procs, sqlite_url, trial, child.p.pid, 0.25)
+    child.send("go")
+    assert child.expect(timeout=60) == "done"
+    stop_sampler(s)
+    burned = cpu_seconds(sqlite_url, trial)
+    assert abs(burned - 1.5) <= 0.08, burned
+    t, _ = series(sqlite_url, trial, "cpu.util")
+    assert len(t) >= 6  # ~3 s at 0.25 s: the integral is over many intervals, not one
+
+
+# ---------------------------------------------------------------------- (b) memory
+ALLOCATOR = f"""
+import sys
+def step(word):
+    print(word, flush=True)
+    sys.stdin.readline()
+step("up")
+buf = bytearray(b"\\x01") * {BUF}   # written, so every page is resident
+step("allocated")
+del buf
+step("freed")
+"""
+
+
+def median_between(t: np.ndarray, v: np.ndarray, lo: float, hi: float) -> float:
+    sel = v[(t > lo) & (t < hi)]
+    assert len(sel) >= 3, (lo, hi, t)
+    return float(np.median(sel))
+
+
+def test_cpu_mem_rises_by_the_allocation_and_falls_back(sqlite_url: str, procs: list[Proc]) -> None:
+    """300 MiB allocated and touched: the median of cpu.mem while it is held exceeds the
+    median before by 300 MiB within 8% (allocator and interpreter noise is a few MiB), and
+    returns within 10% of 300 MiB of the start once freed. Medians of several samples per phase
+    keep one late sample (a loaded machine) from deciding the result."""
+    trial = make_trial(sqlite_url)
+    child = Proc(python(ALLOCATOR))
+    procs.append(child)
+    assert child.expect() == "up"
+    s = start_sampler(procs, sqlite_url, trial, child.p.pid, 0.2)
+    time.sleep(1.0)
+    t_go = time.time()
+    child.send("")
+    assert child.expect() == "allocated"
+    t_alloc = time.time()
+    time.sleep(1.1)
+    t_free = time.time()
+    child.send("")
+    assert child.expect() == "freed"
+    t_freed = time.time()
+    time.sleep(1.1)
+    stop_sampler(s)
+    t, v = series(sqlite_url, trial, "cpu.mem")
+    before = median_between(t, v, 0, t_go)
+    during = median_between(t, v, t_alloc, t_free)
+    after = median_between(t, v, t_freed, np.inf)
+    assert abs((during - before) - BUF) <= 0.08 * BUF, (before, during)
+    assert abs(after - before) <= 0.10 * BUF, (before, after)
+
+
+# ---------------------------------------------------------------------- (c) shared pages
+FORKER = f"""
+import os, sys, time
+buf = bytearray(b"\\x01") * {BUF}
+for _ in range(3):
+    if os.fork() == 0:
+        total = 0
+        for i in range(0, len(buf), 4096):   # read every page, write none
+            total += buf[i]
+        os.write(1, b"worker\\n")
+        time.sleep(120)
+        os._exit(0)
+print("parent", flush=True)
+time.sleep(120)
+"""
+
+
+def test_forked_workers_sharing_a_buffer_count_it_once(sqlite_url: str, procs: list[Proc]) -> None:
+    """A parent holds 300 MiB and forks 3 workers that only read it. cpu.mem (PSS) must be
+    about one buffer (within [0.95, 1.25] x: four interpreters add ~10 MiB each), while the RSS
+    sum over the same processes is at least 3.5 buffers: the test tells the two apart."""
+    trial = make_trial(sqlite_url)
+    parent = Proc(python(FORKER))
+    procs.append(parent)
+    got = sorted(parent.expect(timeout=60) for _ in range(4))
+    assert got == ["parent", "worker", "worker", "worker"]
+    tree = [psutil.Process(parent.p.pid), *psutil.Process(parent.p.pid).children()]
+    assert len(tree) == 4
+    try:
+        s = start_sampler(procs, sqlite_url, trial, parent.p.pid, 0.2)
+        time.sleep(1.2)
+        rss = sum(p.memory_info().rss for p in tree)
+        stop_sampler(s)
+    finally:
+        for p in tree[1:]:
+            p.kill()
+    assert rss >= 3.5 * BUF, rss
+    _, mem = series(sqlite_url, trial, "cpu.mem")
+    _, count = series(sqlite_url, trial, "cpu.procs")
+    assert float(np.median(count)) == 4
+    assert 0.95 * BUF <= float(np.median(mem)) <= 1.25 * BUF, np.median(mem)
+
+
+# ---------------------------------------------------------------------- (d) the tree
+TRAINER = """
+import os, subprocess, sys
+url, trial = sys.argv[1], sys.argv[2]
+s = subprocess.Popen([sys.executable, "-m", "tunescope.collect", "--store", url, "--trial",
+                      trial, "--pid", str(os.getpid()), "--interval", "0.2"],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+assert s.stdout.readline() == b"ready\\n"
+print("sampler", s.pid, flush=True)
+sys.stdin.readline()
+c = subprocess.Popen(["sleep", "120"])
+print("child", c.pid, flush=True)
+sys.stdin.readline()
+s.stdin.write(b"stop\\n"); s.stdin.flush()
+rc = s.wait()
+c.kill(); c.wait()
+print("rc", rc, flush=True)
+"""
+
+
+def test_later_children_are_included_and_the_sampler_is_not(
+    sqlite_url: str, procs: list[Proc]
+) -> None:
+    """The sampler runs as a child of the watched process (the usual setup). A child started
+    a second later joins the tree; the sampler itself never counts."""
+    trial = make_trial(sqlite_url)
+    root = Proc(python(TRAINER, sqlite_url, str(trial)), env=clean_env())
+    procs.append(root)
+    word, sampler_pid = root.expect().split()
+    assert word == "sampler"
+    time.sleep(1.0)
+    root.send("spawn")
+    word, child_pid = root.expect().split()
+    assert word == "child"
+    t_child = time.time()
+    time.sleep(1.2)
+    root.send("stop")
+    assert root.expect() == "rc 0"
+    with open_store(sqlite_url) as st:
+        pids = set(st.get_trial(trial).pids)
+    assert {root.p.pid, int(child_pid)} <= pids
+    assert int(sampler_pid) not in pids
+    t, count = series(sqlite_url, trial, "cpu.procs")
+    assert count.min() == 1  # the root alone: the sampler, its child, is left out
+    assert float(np.median(count[t > t_child + 0.3])) == 2
+
+
+# ---------------------------------------------------------------------- in-process probe
+def test_host_probe_first_sample_has_no_rates_and_vanished_processes_are_harmless() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        probe = HostProbe(child.pid)
+        first = probe.sample(time.monotonic())
+        assert "cpu.util" not in first and "host.cpu.util" not in first
+        assert first["cpu.procs"] == 1 and first["cpu.mem"] > 0
+        assert first["cpu.mem.limit"] > 0 and first["host.mem.used"] > 0
+        child.kill()
+        child.wait()
+        time.sleep(0.05)
+        later = probe.sample(time.monotonic())
+        assert later["cpu.procs"] == 0 and later["cpu.mem"] == 0
+        assert later["cpu.util"] >= 0
+        assert probe.seen_pids == {child.pid}
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_host_probe_of_a_pid_that_never_existed() -> None:
+    probe = HostProbe(2**22 + 12345)
+    values = probe.sample(time.monotonic())
+    assert values["cpu.procs"] == 0
+    assert values["cpu.capacity"] > 0
+
+
+# ---------------------------------------------------------------------- (j) cgroup limits
+def test_cgroup_value_parsers() -> None:
+    assert parse_cpu_max("max 100000\n") is None
+    assert parse_cpu_max("150000 100000\n") == 1.5
+    assert parse_cpu_max("50000\n") == 0.5
+    assert parse_cpu_max("") is None
+    assert parse_cfs("-1\n", "100000\n") is None
+    assert parse_cfs("200000\n", "100000\n") == 2.0
+    assert parse_cfs("garbage", "100000") is None
+    assert parse_memory_limit("max\n") is None
+    assert parse_memory_limit("4294967296\n") == 4 * 1024**3
+    assert parse_memory_limit("9223372036854771712\n") is None  # v1 "unlimited"
+    v1, v2 = parse_proc_cgroup("12:cpu,cpuacct:/job\n4:memory:/job\n0::/user.slice\n")
+    assert v1 == {"cpu": "/job", "cpuacct": "/job", "memory": "/job"}
+    assert v2 == "/user.slice"
+
+
+def _fake_proc(tmp: Path, pid: int, cgroup: str, mounts: list[str]) -> Path:
+    proc = tmp / "proc"
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / "self").mkdir()
+    (proc / str(pid) / "cgroup").write_text(cgroup)
+    (proc / "self" / "mountinfo").write_text("\n".join(mounts) + "\n")
+    return proc
+
+
+def test_cgroup_v2_limits_take_the_tightest_ancestor(tmp_path: Path) -> None:
+    root = tmp_path / "cg2"
+    inner = root / "kubepods" / "pod1"
+    inner.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory\n")
+    (root / "kubepods" / "cpu.max").write_text("150000 100000\n")
+    (inner / "cpu.max").write_text("max 100000\n")
+    (root / "kubepods" / "memory.max").write_text("max\n")
+    (inner / "memory.max").write_text(f"{8 * 1024**3}\n")
+    proc = _fake_proc(
+        tmp_path,
+        77,
+        "0::/kubepods/pod1\n",
+        [f"29 23 0:26 / {root} rw - cgroup2 cgroup2 rw,nsdelegate"],
+    )
+    assert cpu_limit(77, proc=proc) == 1.5
+    assert memory_limit(77, proc=proc) == 8 * 1024**3
+    # the same files with 'max' everywhere: no limit
+    (root / "kubepods" / "cpu.max").write_text("max 100000\n")
+    (inner / "memory.max").write_text("max\n")
+    assert cpu_limit(77, proc=proc) is None
+    assert memory_limit(77, proc=proc) is None
+
+
+def test_cgroup_v1_limits_with_a_namespaced_mount(tmp_path: Path) -> None:
+    cpu = tmp_path / "cpu,cpuacct"
+    mem = tmp_path / "memory"
+    cpu.mkdir()
+    (mem / "job").mkdir(parents=True)
+    (cpu / "cpu.cfs_quota_us").write_text("250000\n")
+    (cpu / "cpu.cfs_period_us").write_text("100000\n")
+    (mem / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (mem / "job" / "memory.limit_in_bytes").write_text(f"{2 * 1024**3}\n")
+    proc = _fake_proc(
+        tmp_path,
+        5,
+        "11:memory:/job\n4:cpu,cpuacct:/docker/abc\n0::/\n",
+        [
+            f"33 25 0:29 /docker/abc {cpu} rw - cgroup cgroup rw,cpu,cpuacct",
+            f"35 25 0:31 / {mem} rw - cgroup cgroup rw,memory",
+            f"30 25 0:27 / {tmp_path / 'unified'} rw - cgroup2 cgroup2 rw",
+        ],
+    )
+    assert cpu_limit(5, proc=proc) == 2.5
+    assert memory_limit(5, proc=proc) == 2 * 1024**3
+    (cpu / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cpu_limit(5, proc=proc) is None
+
+
+def test_cgroup_unreadable_means_no_limit(tmp_path: Path) -> None:
+    assert cpu_limit(1, proc=tmp_path) is None
+    assert memory_limit(1, proc=tmp_path) is None
+    assert parse_mountinfo("garbage\n") == []
+
+
+def test_capacity_is_the_smaller_of_quota_and_affinity(tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    root = tmp_path / "cg2"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu\n")
+    (root / "cpu.max").write_text("50000 100000\n")
+    pid = os.getpid()
+    proc = _fake_proc(tmp_path, pid, "0::/\n", [f"29 23 0:26 / {root} rw - cgroup2 cgroup2 rw"])
+    assert HostProbe(pid, exclude_pid=-1, proc=proc).capacity() == 0.5
+    (root / "cpu.max").write_text(f"{(cores + 3) * 100000} 100000\n")
+    assert HostProbe(pid, exclude_pid=-1, proc=proc).capacity() == cores

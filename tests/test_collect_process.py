@@ -1,0 +1,381 @@
+"""The sampler as a process: start and stop protocol, schedule, failures, import cost."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tunescope.collect
+from tunescope.collect import MIN_INTERVAL, Sampler, failure_message
+from tunescope.errors import ConfigError
+from tunescope.store import open_store
+
+COLLECT_DIR = Path(tunescope.collect.__file__).parent
+
+
+# ---------------------------------------------------------------------- helpers
+class Proc:
+    """A child process whose stdout lines arrive on a queue (reads never block the test)."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.p = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
+
+    def _pump(self) -> None:
+        assert self.p.stdout is not None
+        with self.p.stdout:
+            for raw in self.p.stdout:
+                self.lines.put(raw.decode().rstrip("\n"))
+        self.lines.put("<eof>")
+
+    def expect(self, timeout: float = 30.0) -> str:
+        return self.lines.get(timeout=timeout)
+
+    def send(self, line: str) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(line.encode() + b"\n")
+        self.p.stdin.flush()
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait(timeout=10)
+        for stream in (self.p.stdin, self.p.stderr):
+            if stream is not None:
+                stream.close()
+        self._pump_thread.join(timeout=10)
+
+    def stderr(self) -> str:
+        assert self.p.stderr is not None
+        return self.p.stderr.read().decode()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+def clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("TUNESCOPE_GPU_REPLAY", None)
+    return env
+
+
+def make_trial(url: str) -> int:
+    with open_store(url) as s:
+        return s.create_trial(s.ensure_run("r").id).id
+
+
+def sampler_args(url: str, trial: int, pid: int, interval: float) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tunescope.collect",
+        "--store",
+        url,
+        "--trial",
+        str(trial),
+        "--pid",
+        str(pid),
+        "--interval",
+        str(interval),
+    ]
+
+
+def sleeper(procs: list[Proc]) -> Proc:
+    p = Proc(["sleep", "120"])
+    procs.append(p)
+    return p
+
+
+def series(url: str, trial: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    with open_store(url) as s:
+        (info,) = s.list_series(trial, metric)
+        return s.read_samples(info.id)
+
+
+# ---------------------------------------------------------------------- (e) start and stop
+def test_first_sample_at_once_ready_after_it_and_prompt_stop(
+    sqlite_url: str, procs: list[Proc]
+) -> None:
+    """With a 5 s interval the first sample is stored before 'ready' (well within one
+    interval of the launch), and 'stop' ends the process in under interval + 1 s: the wait is
+    interrupted, not slept out. The trial's state is left alone."""
+    trial = make_trial(sqlite_url)
+    root = sleeper(procs)
+    t_launch = time.time()
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 5.0), env=clean_env())
+    procs.append(s)
+    assert s.expect() == "ready"
+    t, _ = series(sqlite_url, trial, "cpu.procs")  # already in the store at 'ready'
+    assert len(t) == 1
+    assert t_launch <= t[0] + 0.001 and t[0] - t_launch < 5.0
+    time.sleep(0.5)
+    t_stop = time.time()
+    s.send("stop")
+    assert s.p.wait(timeout=30) == 0
+    assert time.time() - t_stop < 5.0 + 1.0
+    assert s.expect() == "<eof>"  # nothing but 'ready' was printed
+    t, _ = series(sqlite_url, trial, "cpu.procs")
+    assert len(t) == 2  # the final sample
+    with open_store(sqlite_url) as st:
+        info = st.get_trial(trial)
+        extent = st.series_extent(st.list_series(trial, "cpu.mem")[0].id)
+    assert info.state == "running" and info.error is None and info.end is None
+    assert info.heartbeat is not None and root.p.pid in info.pids
+    assert extent is not None and extent[2] == 2
+
+
+# ---------------------------------------------------------------------- (f) busy training
+def test_busy_or_stopped_training_does_not_skew_sampling(
+    sqlite_url: str, procs: list[Proc]
+) -> None:
+    """The watched process spins in pure Python, then is frozen with SIGSTOP: samples keep
+    coming on the 0.2 s schedule throughout. Bounds are loose on purpose (at least half the
+    due samples, no gap over 1 s) since other work shares the two cores."""
+    trial = make_trial(sqlite_url)
+    busy = Proc([sys.executable, "-c", "while True: pass"])
+    procs.append(busy)
+    s = Proc(sampler_args(sqlite_url, trial, busy.p.pid, 0.2), env=clean_env())
+    procs.append(s)
+    assert s.expect() == "ready"
+    t_ready = time.time()
+    time.sleep(1.5)
+    t_freeze = time.time()
+    os.kill(busy.p.pid, signal.SIGSTOP)
+    time.sleep(1.2)
+    t_thaw = time.time()
+    os.kill(busy.p.pid, signal.SIGCONT)
+    time.sleep(0.3)
+    s.send("stop")
+    assert s.p.wait(timeout=30) == 0
+    t, _ = series(sqlite_url, trial, "cpu.capacity")
+    span = t[-1] - t[0]
+    assert len(t) >= 0.5 * span / 0.2
+    assert np.diff(t).max() < 1.0
+    tu, util = series(sqlite_url, trial, "cpu.util")
+    _, cap = series(sqlite_url, trial, "cpu.capacity")
+    cores = util / 100.0 * cap[1:]
+    spinning = cores[(tu > t_ready + 0.3) & (tu < t_freeze)]
+    frozen = cores[(tu > t_freeze + 0.5) & (tu < t_thaw)]
+    assert len(frozen) >= 2  # sampling went on while the training was stopped
+    assert float(np.mean(spinning)) > 0.2  # seen busy (a fair share of a core at least)
+    assert float(np.max(frozen)) < 0.05  # and seen frozen
+
+
+def test_a_locked_store_delays_writes_not_samples(sqlite_url: str, procs: list[Proc]) -> None:
+    """Another process holds the SQLite write lock for 2 s (a long transaction in the
+    training process): samples keep their 0.2 s schedule and all land once it is released."""
+    import sqlite3
+
+    trial = make_trial(sqlite_url)
+    root = sleeper(procs)
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env())
+    procs.append(s)
+    assert s.expect() == "ready"
+    conn = sqlite3.connect(sqlite_url, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        t_lock = time.time()
+        time.sleep(2.0)
+        t_unlock = time.time()
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    time.sleep(0.3)
+    s.send("stop")
+    assert s.p.wait(timeout=60) == 0
+    t, _ = series(sqlite_url, trial, "cpu.capacity")
+    locked = t[(t > t_lock) & (t < t_unlock)]
+    assert len(locked) >= 0.5 * 2.0 / 0.2
+    assert np.diff(t).max() < 1.0
+
+
+# ---------------------------------------------------------------------- (g) parent death
+HARNESS = """
+import ctypes, json, os, signal, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to us
+url, trial = sys.argv[1], sys.argv[2]
+training = '''
+import os, subprocess, sys, time
+s = subprocess.Popen([sys.executable, "-m", "tunescope.collect", "--store", sys.argv[1],
+                      "--trial", sys.argv[2], "--pid", str(os.getpid()), "--interval", "0.2"],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+print(s.pid, s.stdout.readline().decode().strip(), flush=True)
+while True:
+    time.sleep(1)
+'''
+t = subprocess.Popen([sys.executable, "-c", training, url, trial], stdout=subprocess.PIPE)
+spid, word = t.stdout.readline().split()
+time.sleep(0.6)
+os.kill(t.pid, signal.SIGKILL)
+t.wait()
+deadline = time.time() + 30
+while True:
+    pid, status = os.waitpid(int(spid), os.WNOHANG)
+    if pid:
+        break
+    if time.time() > deadline:
+        os.kill(int(spid), signal.SIGKILL)
+        status = -1
+        break
+    time.sleep(0.05)
+print(json.dumps({"training": t.pid, "ready": word.decode(),
+                  "exit": os.waitstatus_to_exitcode(status) if status != -1 else None}))
+"""
+
+
+def test_killed_training_marks_the_trial_failed(sqlite_url: str) -> None:
+    """SIGKILL of the training process (the sampler's parent) closes the sampler's stdin
+    without 'stop': the sampler takes a final sample, marks the running trial failed with the
+    message, and exits 0."""
+    trial = make_trial(sqlite_url)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(HARNESS), sqlite_url, str(trial)],
+        capture_output=True,
+        timeout=90,
+        env=clean_env(),
+        check=True,
+    )
+    result = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert result["ready"] == "ready"
+    assert result["exit"] == 0
+    with open_store(sqlite_url) as st:
+        info = st.get_trial(trial)
+    assert info.state == "failed"
+    assert info.error == failure_message(result["training"])
+    assert f"training process {result['training']} ended without closing" in info.error
+    assert info.end is not None and info.end >= info.start
+    t, _ = series(sqlite_url, trial, "cpu.procs")
+    assert t[-1] <= info.end
+
+
+def test_sigint_is_ignored_and_sigterm_stops_in_order(sqlite_url: str, procs: list[Proc]) -> None:
+    trial = make_trial(sqlite_url)
+    root = sleeper(procs)
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env())
+    procs.append(s)
+    assert s.expect() == "ready"
+    s.p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert s.p.poll() is None  # Ctrl-C of the training must not end the sampler
+    n_before = len(series(sqlite_url, trial, "cpu.procs")[0])
+    s.p.send_signal(signal.SIGTERM)
+    assert s.p.wait(timeout=30) == 0
+    assert len(series(sqlite_url, trial, "cpu.procs")[0]) > n_before
+    with open_store(sqlite_url) as st:
+        info = st.get_trial(trial)
+    assert info.state == "running" and info.error is None
+
+
+def test_eof_leaves_a_finished_trial_alone(sqlite_url: str, procs: list[Proc]) -> None:
+    """EOF marks the trial failed only while it is still running."""
+    trial = make_trial(sqlite_url)
+    root = sleeper(procs)
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env())
+    procs.append(s)
+    assert s.expect() == "ready"
+    with open_store(sqlite_url) as st:
+        st.update_trial(trial, state="completed", end=time.time())
+    assert s.p.stdin is not None
+    s.p.stdin.close()
+    assert s.p.wait(timeout=30) == 0
+    with open_store(sqlite_url) as st:
+        info = st.get_trial(trial)
+    assert info.state == "completed" and info.error is None
+
+
+# ---------------------------------------------------------------------- (k) arguments
+def test_interval_under_a_tenth_of_a_second_is_rejected(sqlite_url: str) -> None:
+    trial = make_trial(sqlite_url)
+    out = subprocess.run(
+        sampler_args(sqlite_url, trial, os.getpid(), 0.05),
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert out.returncode == 2
+    assert out.stdout == b""
+    assert b"--interval must be at least 0.1" in out.stderr
+    with open_store(sqlite_url) as st:
+        assert st.list_series(trial) == []
+        with pytest.raises(ConfigError, match=r"at least 0\.1"):
+            Sampler(st, trial, os.getpid(), 0.05)
+    assert MIN_INTERVAL == 0.1
+
+
+def test_unknown_trial_exits_1_without_ready(sqlite_url: str) -> None:
+    make_trial(sqlite_url)
+    out = subprocess.run(
+        sampler_args(sqlite_url, 999, os.getpid(), 1.0),
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert out.returncode == 1
+    assert out.stdout == b""
+    assert b"cannot start" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------- package hygiene
+def test_importing_the_package_is_cheap() -> None:
+    code = (
+        "import sys, tunescope.collect as c; "
+        "heavy = [m for m in ('pynvml', 'torch', 'numpy', 'psutil') if m in sys.modules]; "
+        "assert not heavy, heavy; "
+        "assert c.Sampler.__name__ == 'Sampler' and 'pynvml' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_collect_imports_only_metrics_store_and_errors() -> None:
+    allowed = ("tunescope.collect", "tunescope.metrics", "tunescope.store", "tunescope.errors")
+    for path in COLLECT_DIR.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for name in names:
+                if name == "tunescope" or name.startswith("tunescope."):
+                    assert name.startswith(allowed), f"{path.name} imports {name}"
+
+
+def test_every_emitted_metric_is_in_the_catalog() -> None:
+    from tunescope.collect._gpuprobe import GPU_METRICS
+    from tunescope.collect._host import HOST_METRICS
+    from tunescope.metrics import metric
+
+    for key in (*HOST_METRICS, *GPU_METRICS):
+        assert metric(key).key == key
+    assert {metric(k).scope for k in GPU_METRICS} == {"gpu"}
+    assert {metric(k).scope for k in HOST_METRICS} <= {"trial", "host"}
+
+
+def test_public_names_resolve() -> None:
+    for name in tunescope.collect.__all__:
+        assert getattr(tunescope.collect, name) is not None
+    with pytest.raises(AttributeError):
+        _ = tunescope.collect.no_such_name  # type: ignore[attr-defined]

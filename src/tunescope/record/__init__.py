@@ -1,0 +1,55 @@
+"""The SDK: record what training does, trial by trial, at a cost of microseconds.
+
+::
+
+    import torch
+    import tunescope.record as ts
+
+    with ts.run("lora-search") as run:
+        for lr in (1e-4, 3e-4):
+            with run.trial(params={"lr": lr}) as trial:
+                for batch in trial.watch(loader):      # data_wait per batch
+                    ...; optimizer.step()              # optimizer_step, no code change
+                    trial.log(step=k, loss=loss.item())
+                with trial.evaluation():               # evaluation interval
+                    ...
+                trial.checkpoint("out/adapter", name="adapter")
+
+Recorded per trial (events: ``kind``, ``t`` epoch s, ``name``, ``step``, ``duration`` s,
+``value``, ``data``):
+
+* ``optimizer_step``: every ``torch.optim`` step, name = optimizer class, step = 1, 2, … per
+  optimizer; data None for the first optimizer to step, ``{"optimizer": k}`` for the k-th
+  other one. Needs torch imported before the trial (or before a later SDK call).
+* ``evaluation``: ``trial.evaluation(name)``, t = start, duration.
+* ``data_wait``: ``trial.watch(iterable)``, per batch: duration = wait in ``next()``,
+  step = batch index (from 0 in each pass), value = step time (this request to the next).
+* ``checkpoint``: ``trial.checkpoint(path, name)``, data ``{"path", "bytes"}``.
+* ``mark``: ``trial.mark(name)``.
+* scalars: ``trial.log(step, **values)``.
+* derived samples per flush period: ``train.step_time``, ``train.data_wait``,
+  ``train.throughput`` and, when CUDA is initialised, ``torch.mem.allocated``,
+  ``torch.mem.reserved``, ``torch.alloc_retries`` per GPU.
+
+Nothing here raises into training once a trial has started (see ``_safety``); importing this
+package does not import torch. The sampler launcher (:func:`start_sampler`) is shared with
+``tunescope run -- CMD``, which sets the same ``ENV_*`` variables a trial sets so that a
+script using the SDK joins the command's trial.
+"""
+
+from tunescope.record._env import ENV_RUN_ID, ENV_STORE, ENV_TRIAL_ID
+from tunescope.record._launch import SamplerHandle, start_sampler
+from tunescope.record._run import Run, current_trial, run
+from tunescope.record._trial import Trial
+
+__all__ = [
+    "ENV_RUN_ID",
+    "ENV_STORE",
+    "ENV_TRIAL_ID",
+    "Run",
+    "SamplerHandle",
+    "Trial",
+    "current_trial",
+    "run",
+    "start_sampler",
+]

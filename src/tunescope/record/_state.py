@@ -1,0 +1,152 @@
+"""The in-memory buffer of a trial, which trial is current, and the torch optimizer hook.
+
+The training thread only appends tuples to a :class:`Recorder`'s deques (``deque.append`` is
+atomic under the GIL); the flusher thread drains them with ``popleft``. Which trial receives
+an optimizer step: the one entered in the calling thread, else the most recently entered trial
+still open in the process (so steps taken in another thread, or by a framework's worker thread,
+still land somewhere sensible).
+
+The optimizer hook is torch's global ``register_optimizer_step_post_hook``, installed once per
+process and never removed, and only when ``torch.optim.optimizer`` is already imported: this
+module never imports torch. :func:`ensure_hook` is called at trial start and from the cheap
+SDK calls (watch, log, evaluation…), so a script that imports torch after entering a trial is
+hooked at its next SDK call; optimizer steps taken before that are not recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+__all__ = [
+    "MAX_BUFFER",
+    "Recorder",
+    "current",
+    "ensure_hook",
+    "hook_installed",
+    "on_optimizer_step",
+    "pop",
+    "push",
+]
+
+MAX_BUFFER = 1_000_000
+"""Raw entries a deque holds before the oldest are dropped: a safety net only, reached when the
+flusher thread cannot drain for a long time (it drains every flush period whatever the
+store's health)."""
+
+EventRow = tuple[
+    str, float, "str | None", "int | None", "float | None", "float | None", "dict[str, Any] | None"
+]
+"""(kind, t, name, step, duration, value, data), as the SDK appends it."""
+
+
+class Recorder:
+    """The buffers of one trial in this process. ``trial_id`` is the store's id."""
+
+    __slots__ = ("closed", "events", "scalars", "steps", "trial_id")
+
+    def __init__(self, trial_id: int) -> None:
+        self.trial_id = trial_id
+        self.steps: deque[tuple[float, object]] = deque(maxlen=MAX_BUFFER)
+        """(t, optimizer) per optimizer step; numbered by the flusher."""
+        self.events: deque[EventRow] = deque(maxlen=MAX_BUFFER)
+        self.scalars: deque[tuple[str, int | None, float, float]] = deque(maxlen=MAX_BUFFER)
+        """(name, step, t, value)."""
+        self.closed = False
+
+
+class _Local(threading.local):
+    rec: Recorder | None = None
+
+
+_local = _Local()
+_stack: list[Recorder] = []
+_top: Recorder | None = None
+_lock = threading.Lock()
+_time = time.time
+
+
+def on_optimizer_step(optimizer: object, args: object, kwargs: object) -> None:
+    """torch's global post-step hook: one timestamped tuple into the current trial's buffer."""
+    try:
+        rec = _local.rec or _top
+        if rec is not None:
+            rec.steps.append((_time(), optimizer))
+    except Exception:  # the hook never raises into training
+        pass
+
+
+def push(rec: Recorder) -> Recorder | None:
+    """Make ``rec`` current in this thread and the process; returns this thread's previous."""
+    global _top
+    prev = _local.rec
+    _local.rec = rec
+    with _lock:
+        _stack.append(rec)
+        _top = rec
+    return prev
+
+
+def pop(rec: Recorder, prev: Recorder | None) -> None:
+    """Undo :func:`push` (trials may end in any order)."""
+    global _top
+    if _local.rec is rec:
+        _local.rec = prev
+    with _lock:
+        for i in range(len(_stack) - 1, -1, -1):
+            if _stack[i] is rec:
+                del _stack[i]
+                break
+        _top = _stack[-1] if _stack else None
+
+
+def current() -> Recorder | None:
+    """The recorder a hook would dispatch to now."""
+    return _local.rec or _top
+
+
+def any_active() -> bool:
+    """Whether any trial is open in this process."""
+    return bool(_stack)
+
+
+_handle: object | None = None
+
+
+def ensure_hook() -> bool:
+    """Install the optimizer hook if torch's optimizer module is loaded; True if installed."""
+    global _handle
+    if _handle is not None:
+        return True
+    mod = sys.modules.get("torch.optim.optimizer")
+    register = getattr(mod, "register_optimizer_step_post_hook", None)
+    if register is None:
+        return False
+    with _lock:
+        if _handle is None:
+            _handle = register(on_optimizer_step)
+    return True
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a data-loader worker…) inherits no open trial: the parent's buffers
+    are drained by a thread that does not exist there. It may join the trial afresh through
+    the environment, like any child process."""
+    global _top, _lock
+    _lock = threading.Lock()
+    _stack.clear()
+    _top = None
+    _local.rec = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def hook_installed() -> bool:
+    """Whether the optimizer hook is installed in this process."""
+    return _handle is not None

@@ -1,0 +1,180 @@
+// The JSON API of docs/api.md, typed. Times are UNIX epoch seconds; values are in the metric's
+// base unit (multiply by `scale` for its display unit); null means missing.
+
+export interface MetricInfo {
+  key: string;
+  label: string;
+  unit: string;
+  scale: number;
+  source: string;
+  scope: "trial" | "gpu" | "host";
+  headline: boolean;
+  markers: boolean;
+  max_value: number | null;
+  equivalent: string;
+  description: string;
+}
+
+export type TrialState = "running" | "completed" | "failed" | "lost" | "pruned" | string;
+
+export interface RunSummary {
+  id: number;
+  name: string;
+  start: number;
+  end: number | null;
+  state: string;
+  trials: number;
+  duration_s: number | null;
+  peak_gpu_mem: number | null;
+}
+
+export interface Trial {
+  id: number;
+  run_id: number;
+  name: string;
+  state: TrialState;
+  params: Record<string, unknown>;
+  host: string;
+  pids: number[];
+  start: number;
+  end: number | null;
+  heartbeat: number | null;
+  error: string | null;
+  /** sampling interval in seconds */
+  interval?: number;
+}
+
+export interface RunDetail extends Omit<RunSummary, "trials"> {
+  trials: Trial[];
+}
+
+export interface DeviceSeries {
+  device: string | null;
+  note: string | null;
+  mode: "raw" | "buckets";
+  t: number[];
+  mean: (number | null)[];
+  min: (number | null)[] | null;
+  max: (number | null)[] | null;
+  n: number[] | null;
+}
+
+export interface SeriesWindow {
+  metric: string;
+  start: number;
+  end: number;
+  points: number;
+  series: DeviceSeries[];
+}
+
+export interface EventItem {
+  kind: string;
+  name: string | null;
+  step: number | null;
+  t: number;
+  duration: number | null;
+  value: number | null;
+  data: Record<string, unknown> | null;
+}
+
+export interface EventBin {
+  kind: string;
+  t0: number;
+  t1: number;
+  count: number;
+}
+
+export interface EventsWindow {
+  start: number;
+  end: number;
+  total: number;
+  events: EventItem[] | null;
+  bins: EventBin[] | null;
+}
+
+export interface ScalarPoint {
+  name: string;
+  step: number | null;
+  t: number;
+  value: number;
+}
+
+export interface Checkpoint {
+  t: number;
+  name: string | null;
+  step: number | null;
+  path: string | null;
+  bytes: number | null;
+}
+
+export interface TrialMetric {
+  metric: string;
+  devices: (string | null)[];
+}
+
+/** An error answered by the API (its one error shape), or a network failure (status 0). */
+export class ApiError extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+  }
+}
+
+function isAbort(e: unknown): boolean {
+  return e instanceof DOMException && e.name === "AbortError";
+}
+
+export { isAbort };
+
+async function get<T>(path: string, params: Record<string, string | number | undefined> = {},
+                      signal?: AbortSignal): Promise<T> {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
+  const url = `/api${path}${q.toString() ? `?${q}` : ""}`;
+  let resp: Response;
+  try {
+    resp = await fetch(url, { signal, headers: { Accept: "application/json" } });
+  } catch (e) {
+    if (isAbort(e)) throw e;
+    throw new ApiError(0, `cannot reach the tunescope server (${String(e)})`);
+  }
+  if (!resp.ok) {
+    let message = `${resp.status} ${resp.statusText}`;
+    try {
+      const body = await resp.json();
+      if (body && body.error && typeof body.error.message === "string") message = body.error.message;
+    } catch {
+      /* not JSON: keep the status line */
+    }
+    throw new ApiError(resp.status, message);
+  }
+  return (await resp.json()) as T;
+}
+
+const enc = encodeURIComponent;
+let catalog: Promise<MetricInfo[]> | null = null;
+
+export const api = {
+  /** The metric catalog, fetched once per page load. */
+  metrics(): Promise<MetricInfo[]> {
+    if (!catalog) {
+      catalog = get<MetricInfo[]>("/metrics");
+      catalog.catch(() => { catalog = null; });
+    }
+    return catalog;
+  },
+  runs: (signal?: AbortSignal) => get<RunSummary[]>("/runs", {}, signal),
+  run: (run: string | number, signal?: AbortSignal) => get<RunDetail>(`/runs/${enc(String(run))}`, {}, signal),
+  trialMetrics: (trial: number, signal?: AbortSignal) =>
+    get<TrialMetric[]>(`/trials/${trial}/metrics`, {}, signal),
+  series: (trial: number, metric: string, start: number, end: number, points: number,
+           signal?: AbortSignal) =>
+    get<SeriesWindow>(`/trials/${trial}/series`, { metric, start, end, points }, signal),
+  events: (trial: number, start: number, end: number, kinds: string[], limit: number,
+           signal?: AbortSignal) =>
+    get<EventsWindow>(`/trials/${trial}/events`,
+      { start, end, kinds: kinds.join(","), limit }, signal),
+  scalars: (trial: number, signal?: AbortSignal) =>
+    get<{ names: string[]; scalars: ScalarPoint[] }>(`/trials/${trial}/scalars`, {}, signal),
+  checkpoints: (trial: number, signal?: AbortSignal) =>
+    get<Checkpoint[]>(`/trials/${trial}/checkpoints`, {}, signal),
+};

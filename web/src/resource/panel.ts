@@ -1,0 +1,74 @@
+// A chart bound to the API: fetches a window of one (trial, metric) — the series at the
+// chart's pixel width as points, and for marker metrics its optimizer steps and evaluations —
+// and draws it. A newer load cancels an older one still in flight.
+
+import { api, isAbort, type MetricInfo, type Trial } from "../api";
+import { recordError } from "../hooks";
+import { type ChartOptions, MetricChart } from "./chart";
+import type { Span } from "./span";
+
+export class SeriesPanel {
+  readonly chart: MetricChart;
+  private ctrl: AbortController | null = null;
+  /** the trial whose markers the chart holds */
+  private markersOf: number | null = null;
+
+  constructor(opts: ChartOptions) {
+    this.chart = new MetricChart(opts);
+  }
+
+  get loading(): boolean {
+    return this.ctrl !== null;
+  }
+
+  /** Fetch and draw; resolves false when a newer load superseded this one. */
+  async load(trial: Trial, metric: MetricInfo, span: Span, offset: number): Promise<boolean> {
+    this.ctrl?.abort();
+    const ctrl = new AbortController();
+    this.ctrl = ctrl;
+    const signal = ctrl.signal;
+    const points = Math.min(10000, this.chart.plotWidth()); // the API's limit
+    const start = offset + span.from;
+    const end = offset + span.to;
+    this.chart.setBusy(true);
+    try {
+      // the series first, on its own: the server answers it fastest when nothing competes,
+      // and the line is drawn before the markers (which can be dense) arrive
+      const win = await api.series(trial.id, metric.key, start, end, points, signal);
+      if (signal.aborted) return false;
+      const keep = metric.markers && this.markersOf === trial.id;
+      this.chart.setData(win, metric, trial.id, offset, span,
+        metric.markers ? (keep ? "keep" : "none") : null);
+      this.markersOf = metric.markers ? trial.id : null;
+      if (!metric.markers) return true;
+      const [steps, evals] = await Promise.all([
+        api.events(trial.id, start, end, ["optimizer_step"], points, signal),
+        api.events(trial.id, start, end, ["evaluation"], points, signal),
+      ]);
+      if (signal.aborted) return false;
+      this.chart.setMarkers({ steps, evals });
+      return true;
+    } catch (e) {
+      if (isAbort(e) || signal.aborted) return false;
+      const message = e instanceof Error ? e.message : String(e);
+      recordError(message);
+      this.chart.setMessage(`Could not load ${metric.label} of ${trial.name}: ${message}`);
+      return true;
+    } finally {
+      if (this.ctrl === ctrl) {
+        this.ctrl = null;
+        this.chart.setBusy(false);
+      }
+    }
+  }
+
+  cancel(): void {
+    this.ctrl?.abort();
+    this.ctrl = null;
+  }
+
+  destroy(): void {
+    this.cancel();
+    this.chart.destroy();
+  }
+}

@@ -1,0 +1,54 @@
+// Hash routing: "#/" is the runs list, "#/runs/<id>/<tab>?<view>" a run page. The whole view
+// (tab, metric, trial, window, comparison list) lives in the hash, so a link reproduces it.
+
+export const TABS = ["training", "evaluation", "adapters", "resources"] as const;
+export type Tab = (typeof TABS)[number];
+
+export const TAB_LABELS: Record<Tab, string> = {
+  training: "Training",
+  evaluation: "Evaluation",
+  adapters: "Adapters",
+  resources: "Resource Utilization",
+};
+
+export type Route =
+  | { page: "runs" }
+  | { page: "run"; run: string; tab: Tab; q: URLSearchParams }
+  | { page: "missing"; path: string };
+
+export function parseRoute(hash: string = location.hash): Route {
+  const raw = hash.replace(/^#/, "") || "/";
+  const [path, query = ""] = raw.split("?", 2);
+  const parts = path.split("/").filter(Boolean).map((p) => {
+    try {
+      return decodeURIComponent(p);
+    } catch {
+      return p;
+    }
+  });
+  if (parts.length === 0 || (parts.length === 1 && parts[0] === "runs")) return { page: "runs" };
+  if (parts[0] === "runs" && parts.length <= 3) {
+    const tab = (parts[2] ?? "training") as Tab;
+    if (TABS.includes(tab)) return { page: "run", run: parts[1], tab, q: new URLSearchParams(query) };
+  }
+  return { page: "missing", path };
+}
+
+export function runHref(run: string | number, tab?: Tab, q?: URLSearchParams): string {
+  const base = `#/runs/${encodeURIComponent(String(run))}`;
+  const tail = tab ? `/${tab}` : "";
+  const qs = q && q.toString() ? `?${q.toString()}` : "";
+  return base + tail + qs;
+}
+
+/** Rewrite the current entry's hash without a navigation (view changes: zoom, metric…). */
+export function replaceHash(href: string): void {
+  if (location.hash === href) return;
+  history.replaceState(history.state, "", href);
+}
+
+/** A new history entry (tab changes), without re-routing. */
+export function pushHash(href: string): void {
+  if (location.hash === href) return;
+  history.pushState(history.state, "", href);
+}

@@ -1,4 +1,11 @@
-"""tunescope: second-by-second hardware use of every trial of an ML fine-tune."""
+"""tunescope: second-by-second hardware use of every trial of an ML fine-tune.
+
+The SDK (``tunescope.run``, ``Run.trial``, ``current_trial``) lives in
+:mod:`tunescope.record`; stores in :mod:`tunescope.store`; the metric catalog in
+:mod:`tunescope.metrics`. Importing tunescope imports no ML framework, driver or server.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from tunescope.errors import (
     CollectError,
@@ -10,6 +17,10 @@ from tunescope.errors import (
     TunescopeError,
 )
 
+if TYPE_CHECKING:
+    from tunescope.record import Run, Trial, current_trial, run
+    from tunescope.store import open_store
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -17,8 +28,29 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "NotFound",
+    "Run",
     "SchemaError",
     "StoreError",
+    "Trial",
     "TunescopeError",
     "__version__",
+    "current_trial",
+    "open_store",
+    "run",
 ]
+
+_LAZY = {"run": "tunescope.record", "Run": "tunescope.record", "Trial": "tunescope.record",
+         "current_trial": "tunescope.record", "open_store": "tunescope.store"}
+
+
+def __getattr__(name: str) -> Any:
+    """The SDK and the store load on first use, so that ``import tunescope`` (and the server,
+    which never records) loads neither."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunescope' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -9,13 +9,14 @@ import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
 from tunescope.analyze import summarize_trial
 from tunescope.cli import _format as fmt
 from tunescope.errors import ConfigError, NotFound
-from tunescope.metrics import CATALOG, metric
+from tunescope.metrics import CATALOG, headline, metric
 from tunescope.store import Store, TrialInfo, open_store
 
 app = typer.Typer(
@@ -116,7 +117,7 @@ def trials_table(st: Store, run_ref: str) -> str:
     r = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref)
     rows = []
     for t in st.list_trials(r.id):
-        s = summarize_trial(st, t)
+        s = summarize_trial(st, t, (*(m.key for m in headline()), "train.data_wait"))
 
         def pm(key: str, s: Any = s) -> str:
             m = s.metrics.get(key)
@@ -137,6 +138,9 @@ def trials_table(st: Store, run_ref: str) -> str:
                 str(s.optimizer_steps),
                 str(s.evaluations),
                 str(s.checkpoints),
+                fmt.value("train.data_wait", wait.mean)
+                if (wait := s.metrics.get("train.data_wait"))
+                else "-",
                 params or "-",
             ]
         )
@@ -152,6 +156,7 @@ def trials_table(st: Store, run_ref: str) -> str:
             "steps",
             "evals",
             "ckpts",
+            "data wait",
             "params",
         ],
         rows,
@@ -307,7 +312,7 @@ def _serve(url: str, host: str, port: int, run_name: str | None = None) -> None:
         raise ConfigError(
             f"the page needs the server extra: pip install 'tunescope[server]' ({exc})"
         ) from None
-    path = "" if run_name is None else f"runs/{run_name}"
+    path = "" if run_name is None else f"#/runs/{quote(run_name, safe='')}/resources"
     typer.echo(f"Open http://{host}:{port}/{path}  (Ctrl-C to stop)")
     serve_app(url, host=host, port=port)
 

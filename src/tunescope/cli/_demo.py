@@ -90,7 +90,7 @@ def run_demo(
                         opt.step()
                         step += 1
                         if step % 10 == 0:
-                            trial.log(step=step, loss=float(loss), lr=spec["lr"])
+                            trial.log(step=step, loss=loss.item(), lr=spec["lr"])
                         now = time.monotonic()
                         if now >= next_eval or now >= t_end:
                             _evaluate(trial, model, x_val, y_val, loss_fn, step)

@@ -16,6 +16,7 @@ POSTGRES = Dialect(
     blob_type="BYTEA",
     real_type="DOUBLE PRECISION",
     greatest="GREATEST",
+    floor_int="CAST(FLOOR({x}) AS BIGINT)",
 )
 
 

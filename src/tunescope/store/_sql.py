@@ -38,6 +38,8 @@ class Dialect:
     blob_type: str
     real_type: str
     greatest: str
+    floor_int: str
+    """SQL for the integer floor of ``{x}`` (non-negative or clipped by the caller)."""
 
     def ddl(self, stmt: str) -> str:
         return stmt.format(id=self.id_type, blob=self.blob_type, real=self.real_type)
@@ -679,23 +681,32 @@ class SQLStore(Store, abc.ABC):
     def _bin_events(
         self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None, bins: int
     ) -> list[tuple[str, int, int]]:
+        """Counted in the database: events are grouped by (kind, first bin, last bin), so a
+        day of optimizer steps comes back as at most a few thousand rows, then each group is
+        spread over the bins it covers."""
         width = (end - start) / bins
+        fl = self.dialect.floor_int
+        b0 = fl.format(x="(t - ?) / ?")
+        b1 = fl.format(x="(t + COALESCE(duration, 0) - ?) / ?")
         with self._tx() as cur:
             where, args = self._event_where(cur, trial_id, start, end, kinds)
             rows = self._q(
-                cur, f"SELECT kind, t, COALESCE(duration, 0) FROM events WHERE {where}", args
+                cur,
+                f"SELECT kind, {b0} AS b0, {b1} AS b1, COUNT(*) FROM events WHERE {where} "
+                "GROUP BY kind, b0, b1",
+                [start, width, start, width, *args],
             ).fetchall()
         out: list[tuple[str, int, int]] = []
-        by_kind: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for kind, t, d in rows:
-            by_kind[kind].append((float(t), float(d)))
+        by_kind: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        for kind, lo, hi, n in rows:
+            by_kind[kind].append((int(lo), int(hi), int(n)))
         for kind in sorted(by_kind):
-            arr = np.asarray(by_kind[kind])
-            b0 = np.clip(((arr[:, 0] - start) / width).astype(np.int64), 0, bins - 1)
-            b1 = np.clip(((arr[:, 0] + arr[:, 1] - start) / width).astype(np.int64), 0, bins - 1)
+            arr = np.asarray(by_kind[kind], dtype=np.int64)
+            lo = np.clip(arr[:, 0], 0, bins - 1)
+            hi = np.clip(arr[:, 1], 0, bins - 1)
             diff = np.zeros(bins + 1, dtype=np.int64)
-            np.add.at(diff, b0, 1)
-            np.add.at(diff, b1 + 1, -1)
+            np.add.at(diff, lo, arr[:, 2])
+            np.add.at(diff, hi + 1, -arr[:, 2])
             counts = np.cumsum(diff[:-1])
             out.extend((kind, int(i), int(counts[i])) for i in np.flatnonzero(counts))
         return out

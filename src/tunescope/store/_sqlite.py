@@ -18,6 +18,7 @@ SQLITE = Dialect(
     blob_type="BLOB",
     real_type="REAL",
     greatest="MAX",
+    floor_int="CAST({x} AS INTEGER)",
 )
 
 

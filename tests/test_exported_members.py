@@ -1,0 +1,35 @@
+"""The public face: what each package exports is deliberate, and exists."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "tunescope": {"run", "Run", "Trial", "current_trial", "open_store", "TunescopeError",
+                  "ConfigError", "StoreError", "SchemaError", "NotFound", "Conflict",
+                  "CollectError", "__version__"},
+    "tunescope.store": {"open_store", "resolve_url", "Store", "Window", "Bucket", "Event",
+                        "EventBin", "EventsWindow", "RunInfo", "TrialInfo", "SeriesInfo",
+                        "Scalar", "CHUNK_SAMPLES", "LOST_AFTER_S", "DEFAULT_STORE",
+                        "EVENT_KINDS", "TRIAL_STATES"},
+    "tunescope.metrics": {"CATALOG", "GIB", "Metric", "headline", "metric"},
+    "tunescope.record": {"run", "Run", "Trial", "current_trial", "start_sampler",
+                         "SamplerHandle", "ENV_RUN_ID", "ENV_STORE", "ENV_TRIAL_ID"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_exported_members(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert set(mod.__all__) == PUBLIC[module]
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{module}.{name} is exported but missing"
+
+
+def test_top_level_run_is_the_sdk() -> None:
+    import tunescope
+    import tunescope.record
+
+    assert tunescope.run is tunescope.record.run

@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 STATIC  := src/tunescope/server/static/index.html
-WEB_SRC := $(wildcard web/src/* web/*.json web/*.mjs web/*.ts web/*.html)
+WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/package.json web/package-lock.json web/build.mjs web/tsconfig.json
 
 .PHONY: setup web browser demo test lint format bench clean
 

@@ -39,8 +39,13 @@ __all__ = [
     "run",
 ]
 
-_LAZY = {"run": "tunescope.record", "Run": "tunescope.record", "Trial": "tunescope.record",
-         "current_trial": "tunescope.record", "open_store": "tunescope.store"}
+_LAZY = {
+    "run": "tunescope.record",
+    "Run": "tunescope.record",
+    "Trial": "tunescope.record",
+    "current_trial": "tunescope.record",
+    "open_store": "tunescope.store",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,32 @@
-"""Analysis over the store: per-trial summaries (findings arrive with their own issue)."""
+"""Analysis over the store: per-trial summaries, findings (diagnoses with the numbers behind
+them, a time span and advice), right-sizing and reports.
 
+``findings_for_run(store, run)`` gives every trial's findings; ``to_dict`` turns them into
+JSON values; :class:`FindingSettings` holds every threshold with its source (see
+``docs/findings.md``). Importing this package does not import matplotlib: charts load it when
+a Markdown or HTML report is rendered.
+"""
+
+from tunescope.analyze._charts import require_charts
+from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity
+from tunescope.analyze._findings import RULES, findings_for_run, findings_for_trial, to_dict
+from tunescope.analyze._report import (
+    REPORT_FORMATS,
+    Report,
+    TrialReport,
+    build_report,
+    render_report,
+    report_dict,
+)
+from tunescope.analyze._rightsize import (
+    GPU_CATALOG,
+    GpuType,
+    MigProfile,
+    describe_catalog,
+    gpu_catalog,
+    match_gpu,
+)
+from tunescope.analyze._settings import FindingSettings, SettingInfo, setting_info
 from tunescope.analyze._summary import (
     MetricSummary,
     TrialSummary,
@@ -7,4 +34,33 @@ from tunescope.analyze._summary import (
     summarize_trial,
 )
 
-__all__ = ["MetricSummary", "TrialSummary", "summarize_metric", "summarize_trial"]
+__all__ = [
+    "GPU_CATALOG",
+    "REPORT_FORMATS",
+    "RULES",
+    "SEVERITIES",
+    "Finding",
+    "FindingSettings",
+    "GpuType",
+    "MetricSummary",
+    "MigProfile",
+    "Report",
+    "RuleInfo",
+    "SettingInfo",
+    "Severity",
+    "TrialReport",
+    "TrialSummary",
+    "build_report",
+    "describe_catalog",
+    "findings_for_run",
+    "findings_for_trial",
+    "gpu_catalog",
+    "match_gpu",
+    "render_report",
+    "report_dict",
+    "require_charts",
+    "setting_info",
+    "summarize_metric",
+    "summarize_trial",
+    "to_dict",
+]

@@ -15,6 +15,7 @@ import typer
 
 from tunescope.analyze import summarize_trial
 from tunescope.cli import _format as fmt
+from tunescope.cli._report import report
 from tunescope.errors import ConfigError, NotFound
 from tunescope.metrics import CATALOG, headline, metric
 from tunescope.store import Store, TrialInfo, open_store
@@ -264,6 +265,9 @@ def export(
     finally:
         if out is not None:
             sink.close()
+
+
+app.command()(report)
 
 
 @app.command()

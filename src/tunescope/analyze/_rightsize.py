@@ -1,0 +1,328 @@
+"""Right-sizing: the cheapest GPU of a catalog, or MIG slice, that holds the trial's peak GPU
+memory with headroom, and what the trial would have cost on it.
+
+The catalog lists common data-centre GPUs with their memory and an hourly price per GPU. The
+default prices are rough on-demand cloud prices (USD per GPU-hour, rounded); they vary by
+provider, region, commitment and month, so set your own (:func:`gpu_catalog`, or
+``tunescope report --price KEY=USD``). MIG slices are priced as their share of the GPU's
+compute (``g``/7 of its price) and hold ``m``/8 of its memory, as NVIDIA's profiles do.
+
+Estimate of the saving per run: (price of the current GPU - price of the recommended one) x
+GPUs x the trial's duration. It assumes the trial takes as long on the recommended GPU, which
+holds for memory but not for compute: a GPU with fewer SMs is slower on compute-bound work
+(the finding says so when utilization is high).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from tunescope.analyze._data import TrialData
+from tunescope.analyze._finding import Finding, Severity
+from tunescope.analyze._gpus import gpu_devices
+from tunescope.analyze._settings import FindingSettings
+from tunescope.analyze._text import GIB, MIB, pct, size
+from tunescope.errors import ConfigError
+
+__all__ = [
+    "GPU_CATALOG",
+    "GpuType",
+    "MigProfile",
+    "describe_catalog",
+    "gpu_catalog",
+    "match_gpu",
+    "right_size",
+]
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """A MIG profile: ``name`` as nvidia-smi shows it, ``compute`` sevenths of the SMs,
+    ``memory`` eighths of the memory."""
+
+    name: str
+    compute: int
+    memory: int
+
+
+@dataclass(frozen=True)
+class GpuType:
+    """One GPU model: ``key`` to name it (``h100-80gb``), its label, memory in bytes (as NVML
+    reports it), price in USD per GPU-hour and MIG profiles (empty: no MIG)."""
+
+    key: str
+    label: str
+    memory: float
+    price: float
+    mig: tuple[MigProfile, ...] = ()
+
+
+def _mig(*profiles: tuple[str, int, int]) -> tuple[MigProfile, ...]:
+    return tuple(MigProfile(n, c, m) for n, c, m in profiles)
+
+
+_A100_40 = _mig(
+    ("1g.5gb", 1, 1), ("2g.10gb", 2, 2), ("3g.20gb", 3, 4), ("4g.20gb", 4, 4), ("7g.40gb", 7, 8)
+)
+_A100_80 = _mig(
+    ("1g.10gb", 1, 1), ("2g.20gb", 2, 2), ("3g.40gb", 3, 4), ("4g.40gb", 4, 4), ("7g.80gb", 7, 8)
+)
+_H100 = _mig(
+    ("1g.10gb", 1, 1),
+    ("1g.20gb", 1, 2),
+    ("2g.20gb", 2, 2),
+    ("3g.40gb", 3, 4),
+    ("4g.40gb", 4, 4),
+    ("7g.80gb", 7, 8),
+)
+_H200 = _mig(
+    ("1g.18gb", 1, 1),
+    ("1g.35gb", 1, 2),
+    ("2g.35gb", 2, 2),
+    ("3g.71gb", 3, 4),
+    ("4g.71gb", 4, 4),
+    ("7g.141gb", 7, 8),
+)
+_B200 = _mig(
+    ("1g.23gb", 1, 1),
+    ("1g.45gb", 1, 2),
+    ("2g.45gb", 2, 2),
+    ("3g.90gb", 3, 4),
+    ("4g.90gb", 4, 4),
+    ("7g.180gb", 7, 8),
+)
+
+GPU_CATALOG: tuple[GpuType, ...] = (
+    GpuType("t4", "NVIDIA T4 16GB", 15360 * MIB, 0.35),
+    GpuType("l4", "NVIDIA L4 24GB", 23034 * MIB, 0.80),
+    GpuType("a10g", "NVIDIA A10G 24GB", 23028 * MIB, 1.00),
+    GpuType("l40s", "NVIDIA L40S 48GB", 46068 * MIB, 1.90),
+    GpuType("a100-40gb", "NVIDIA A100 40GB", 40960 * MIB, 3.00, _A100_40),
+    GpuType("a100-80gb", "NVIDIA A100 80GB", 81920 * MIB, 4.00, _A100_80),
+    GpuType("h100-80gb", "NVIDIA H100 80GB", 81559 * MIB, 7.00, _H100),
+    GpuType("h200", "NVIDIA H200 141GB", 143771 * MIB, 8.50, _H200),
+    GpuType("b200", "NVIDIA B200 180GB", 183359 * MIB, 11.00, _B200),
+)
+"""The default catalog; prices in USD per GPU-hour (see the module doc)."""
+
+ADVICE_MIG = (
+    "MIG slices share one GPU between jobs: ask your cluster for a MIG profile (e.g. the "
+    "nvidia.com/mig-* resources in Kubernetes)."
+)
+ADVICE_SLOWER = (
+    "Time a few hundred steps on the smaller GPU first: with high utilization it may run "
+    "slower, which eats into the saving."
+)
+ADVICE_PRICES = (
+    "Prices are defaults (rough on-demand USD per GPU-hour); set yours with --price KEY=USD."
+)
+
+MATCH_TOLERANCE = 0.03
+"""A device matches a catalog GPU when their memory sizes differ by at most this share."""
+
+
+def gpu_catalog(
+    prices: Mapping[str, float] | None = None, base: tuple[GpuType, ...] = GPU_CATALOG
+) -> tuple[GpuType, ...]:
+    """The catalog with the hourly prices in ``prices`` (GPU key -> USD per GPU-hour).
+    ConfigError for an unknown key or a price that is not a finite number >= 0."""
+    if not prices:
+        return base
+    known = {g.key: g for g in base}
+    for key, price in prices.items():
+        if key not in known:
+            raise ConfigError(f"unknown GPU {key!r} in prices; known: {', '.join(known)}")
+        if (
+            isinstance(price, bool)
+            or not isinstance(price, int | float)
+            or not math.isfinite(price)
+            or price < 0
+        ):
+            raise ConfigError(
+                f"price of {key} must be a number >= 0 (USD per GPU-hour), not {price!r}"
+            )
+    return tuple(replace(g, price=float(prices[g.key])) if g.key in prices else g for g in base)
+
+
+def match_gpu(memory_total: float, catalog: tuple[GpuType, ...] = GPU_CATALOG) -> GpuType | None:
+    """The catalog GPU whose memory is nearest ``memory_total`` (bytes), None when none is
+    within :data:`MATCH_TOLERANCE`."""
+    best = min(catalog, key=lambda g: abs(g.memory - memory_total), default=None)
+    if best is None or abs(best.memory - memory_total) > MATCH_TOLERANCE * best.memory:
+        return None
+    return best
+
+
+@dataclass(frozen=True)
+class _Option:
+    label: str
+    key: str
+    kind: str
+    memory: float
+    price: float
+
+
+def _options(
+    catalog: tuple[GpuType, ...], need: float, util_p95: float, mig_ok: bool
+) -> list[_Option]:
+    out = [_Option(g.label, g.key, "gpu", g.memory, g.price) for g in catalog if g.memory >= need]
+    if mig_ok:
+        for g in catalog:
+            for p in g.mig:
+                if p.compute == 7:
+                    continue
+                mem = g.memory * p.memory / 8.0
+                if mem >= need and p.compute / 7.0 >= util_p95 / 100.0:
+                    out.append(
+                        _Option(
+                            f"{g.label} MIG {p.name}",
+                            f"{g.key}:{p.name}",
+                            "mig",
+                            mem,
+                            g.price * p.compute / 7.0,
+                        )
+                    )
+    return out
+
+
+def right_size(
+    d: TrialData, s: FindingSettings, catalog: tuple[GpuType, ...] = GPU_CATALOG
+) -> list[Finding]:
+    """The cheapest GPU (or MIG slice) that holds the peak GPU memory with headroom."""
+    devices = [x for x in gpu_devices(d) if d.trace("gpu.mem", x) is not None]
+    if not devices:
+        return []
+    traces = {x: tr for x in devices if (tr := d.trace("gpu.mem", x)) is not None}
+    device = max(traces, key=lambda x: traces[x].peak())
+    mem = traces[device]
+    peak = mem.peak()
+    peak_t = float(mem.t[int(np.argmax(mem.hi))])
+    need = peak * (1.0 + s.rightsize_headroom_pct / 100.0)
+    utils: list[np.ndarray[Any, np.dtype[np.float64]]] = []
+    for x in devices:
+        tr = d.trace("gpu.util", x)
+        if tr is not None:
+            m = d.training(tr)
+            utils.append(tr.v[m] if m.any() else tr.v)
+    if not utils or sum(len(u) for u in utils) < s.min_samples:
+        return []
+    allu = np.concatenate(utils)
+    util_mean, util_p95 = float(allu.mean()), float(np.percentile(allu, 95))
+    mig_ok = util_p95 <= s.mig_max_util_pct
+    total_tr = d.trace("gpu.mem.total", device)
+    current = None if total_tr is None else match_gpu(float(total_tr.v[-1]), catalog)
+    options = _options(catalog, need, util_p95, mig_ok)
+    if not options:
+        return []
+    best = min(options, key=lambda o: (o.price, o.memory))
+    if current is not None and (best.price >= current.price or best.key == current.key):
+        return []
+    if current is None and total_tr is not None and best.memory >= float(total_tr.v[-1]):
+        return []
+    gpus = len(devices)
+    hours = _hours(d)
+    cost_now = None if current is None or hours is None else current.price * gpus * hours
+    cost_new = None if hours is None else best.price * gpus * hours
+    saving = None if cost_now is None or cost_new is None else cost_now - cost_new
+    severity: Severity = (
+        "moderate" if current is not None and best.price <= 0.5 * current.price else "low"
+    )
+    now_txt = (
+        "an unidentified GPU" if current is None else f"{current.label} (${current.price:.2f}/h)"
+    )
+    cost_txt = (
+        ""
+        if saving is None
+        else f", saving about ${saving:.2f} per run ({gpus} GPU(s) x {hours:.2f} h)"
+    )
+    caveat = ""
+    if util_mean >= 50.0 and best.kind == "gpu":
+        caveat = (
+            f" Utilization averaged {pct(util_mean)}: a smaller GPU may take longer, "
+            "so the saving assumes the same run time."
+        )
+    advice = [
+        f"Run this trial on {best.label} ({size(best.memory)}, ${best.price:.2f}/h per "
+        f"{'slice' if best.kind == 'mig' else 'GPU'})."
+    ]
+    if best.kind == "mig":
+        advice.append(ADVICE_MIG)
+    elif util_mean >= 50.0:
+        advice.append(ADVICE_SLOWER)
+    advice.append(ADVICE_PRICES)
+    return [
+        Finding(
+            rule="right_size",
+            trial_id=d.trial.id,
+            severity=severity,
+            title=f"Right-size: {best.label} would do",
+            message=(
+                f"Peak GPU memory was {size(peak)} (GPU {device}); with "
+                f"{pct(s.rightsize_headroom_pct)} headroom it needs {size(need)}, which "
+                f"{best.label} holds ({size(best.memory)}). The trial ran on {now_txt}"
+                f"{cost_txt}.{caveat}"
+            ),
+            evidence={
+                "peak_bytes": peak,
+                "peak_t": peak_t,
+                "needed_bytes": need,
+                "headroom_pct": s.rightsize_headroom_pct,
+                "util_mean_pct": util_mean,
+                "util_p95_pct": util_p95,
+                "mig_considered": mig_ok,
+                "gpus": gpus,
+                "current": None
+                if current is None
+                else {
+                    "key": current.key,
+                    "label": current.label,
+                    "memory_bytes": current.memory,
+                    "price_per_hour": current.price,
+                },
+                "recommended": {
+                    "key": best.key,
+                    "label": best.label,
+                    "kind": best.kind,
+                    "memory_bytes": best.memory,
+                    "price_per_hour": best.price,
+                },
+                "duration_h": hours,
+                "cost_current_usd": cost_now,
+                "cost_recommended_usd": cost_new,
+                "saving_usd": saving,
+                "assumes_same_runtime": True,
+            },
+            t0=float(mem.t[0]),
+            t1=float(mem.t[-1]),
+            metric="gpu.mem",
+            device=device,
+            advice=tuple(advice),
+        )
+    ]
+
+
+def _hours(d: TrialData) -> float | None:
+    tr = d.trial
+    end = tr.end if tr.end is not None else tr.heartbeat
+    if end is None or not end > tr.start:
+        return None
+    return (end - tr.start) / 3600.0
+
+
+def describe_catalog(catalog: tuple[GpuType, ...] = GPU_CATALOG) -> list[dict[str, Any]]:
+    """The catalog as JSON values (for the docs and the API)."""
+    return [
+        {
+            "key": g.key,
+            "label": g.label,
+            "memory_gib": round(g.memory / GIB, 1),
+            "price_per_hour": g.price,
+            "mig": [p.name for p in g.mig],
+        }
+        for g in catalog
+    ]

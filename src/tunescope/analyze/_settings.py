@@ -1,0 +1,285 @@
+"""Every threshold the findings use, as one named setting each, with its unit and source.
+
+Where an established profiler has a threshold for the same question, the default is its
+value and ``source`` names it; where none exists the default is ours and ``source`` says so.
+``docs/findings.md`` lists every setting (a test keeps the two in step). Change a setting with
+:func:`dataclasses.replace` or by keyword: ``FindingSettings(input_wait_high_pct=30)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunescope.errors import ConfigError
+
+__all__ = ["FindingSettings", "SettingInfo", "setting_info"]
+
+TF_INPUT = (
+    "TensorFlow Profiler input-pipeline analyzer "
+    "(op_stats_to_input_pipeline_analysis.cc: kHighlyInfeedBoundThresholdInPercent = 20, "
+    "kModeratelyInfeedBoundThresholdInPercent = 5)"
+)
+TORCH_TB = (
+    "PyTorch Profiler TensorBoard plugin (torch_tb_profiler run_generator: "
+    "recommends num_workers when DataLoader time > 5% of step time)"
+)
+DCGM_SM = (
+    "NVIDIA DCGM profiling metrics, SM Activity (DCGM_FI_PROF_SM_ACTIVE): "
+    "'a value less than 0.5 likely indicates ineffective GPU usage'"
+)
+SM_CPU = (
+    "Amazon SageMaker Debugger rule CPUBottleneck "
+    "(cpu_threshold = 90, gpu_threshold = 10, threshold = 50% of data points)"
+)
+SM_GPU_MEM = "Amazon SageMaker Debugger rule GPUMemoryIncrease (increase = 5%)"
+SM_LOW_GPU = (
+    "tunescope default (the issue); compare Amazon SageMaker Debugger rule "
+    "LowGPUUtilization, which flags a 95th percentile under 70%"
+)
+TORCH_RETRIES = (
+    "PyTorch CUDA caching allocator, torch.cuda.memory_stats()"
+    "['num_alloc_retries']: failed cudaMalloc calls that freed the cache and "
+    "retried; any retry means the device was full"
+)
+OURS = "tunescope default"
+
+
+def _s(default: float, unit: str, help_: str, source: str) -> Any:
+    return field(default=default, metadata={"unit": unit, "help": help_, "source": source})
+
+
+@dataclass(frozen=True)
+class FindingSettings:
+    """The thresholds of every finding rule (see ``docs/findings.md``)."""
+
+    # --- input-bound
+    input_wait_high_pct: float = _s(
+        20.0,
+        "%",
+        "Share of step time waiting for data at or above which a trial is highly input-bound.",
+        TF_INPUT,
+    )
+    input_wait_moderate_pct: float = _s(
+        5.0,
+        "%",
+        "Share of step time waiting for data at or above which a trial is moderately input-bound.",
+        f"{TF_INPUT}; {TORCH_TB}",
+    )
+    input_min_batches: float = _s(
+        20, "batches", "Fewest batches timed by trial.watch() before judging.", OURS
+    )
+    # --- near out-of-memory
+    gpu_mem_near_oom_pct: float = _s(
+        90.0,
+        "%",
+        "Peak GPU memory (the trial's, or the device's used memory if higher) as a "
+        "share of the device's memory, at or above which the trial is near out-of-memory.",
+        f"{OURS} (the issue): 10% left for allocator fragmentation and for peaks shorter than "
+        "a sampling interval",
+    )
+    alloc_retries_min: float = _s(
+        1,
+        "count",
+        "Torch allocator retries (rise of torch.alloc_retries over the trial) at or "
+        "above which the trial is near out-of-memory.",
+        TORCH_RETRIES,
+    )
+    cpu_mem_near_limit_pct: float = _s(
+        90.0,
+        "%",
+        "Peak CPU memory of the trial as a share of its memory limit (cgroup limit, "
+        "else host RAM), at or above which the trial is near out-of-memory.",
+        f"{OURS} (the issue), the same margin as for GPU memory",
+    )
+    # --- GPU under-used / busy but not working
+    gpu_underused_util_pct: float = _s(
+        50.0,
+        "%",
+        "Mean GPU utilization while training (evaluations left out) under which a "
+        "GPU is under-used.",
+        SM_LOW_GPU,
+    )
+    sm_active_low_pct: float = _s(
+        50.0,
+        "%",
+        "Mean SM activity (GPM) while training under which a GPU is under-used, or, "
+        "with high utilization, busy but not working.",
+        DCGM_SM,
+    )
+    busy_util_pct: float = _s(
+        80.0,
+        "%",
+        "Mean GPU utilization while training at or above which a GPU counts as busy "
+        "for the busy-but-not-working rule.",
+        f"{OURS} (the issue); NVML utilization counts "
+        "any time a kernel runs, however few SMs it occupies",
+    )
+    busy_power_pct: float = _s(
+        40.0,
+        "%",
+        "Where the device has no GPM: mean power draw as a share of the power limit "
+        "under which a busy GPU is reported as probably not working (a weaker signal).",
+        f"{OURS} (a heuristic: a GPU whose SMs are full draws most of its power limit)",
+    )
+    # --- CPU-bound
+    cpu_bound_cpu_pct: float = _s(
+        90.0,
+        "%",
+        "CPU utilization of the trial (of the capacity it may use) at or above which "
+        "a sample counts as CPU-saturated.",
+        SM_CPU,
+    )
+    cpu_bound_window_s: float = _s(
+        2.0,
+        "s",
+        "CPU utilization is averaged over this trailing window before it is compared: the "
+        "kernel grants a CPU quota in 100 ms periods, so samples shorter than a second "
+        "jitter around the true share.",
+        f"{OURS} (Linux CFS bandwidth control: cpu.cfs_period_us defaults to 100 ms)",
+    )
+    cpu_bound_gpu_pct: float = _s(
+        10.0,
+        "%",
+        "GPU utilization (mean of the trial's GPUs) under which the GPU counts as "
+        "waiting in a CPU-saturated sample.",
+        SM_CPU,
+    )
+    cpu_bound_wait_pct: float = _s(
+        20.0,
+        "%",
+        "For trials without a GPU: data-wait share of the period at or above which "
+        "the training loop counts as waiting in a CPU-saturated sample.",
+        f"{OURS}, the highly input-bound threshold of {TF_INPUT}",
+    )
+    cpu_bound_share_pct: float = _s(
+        50.0,
+        "%",
+        "Share of training samples that are CPU-saturated while the GPU (or the "
+        "loop) waits, at or above which the trial is CPU-bound.",
+        SM_CPU,
+    )
+    # --- idle GPUs
+    idle_gpu_util_pct: float = _s(
+        5.0,
+        "%",
+        "GPU utilization at or under which a sample counts as idle.",
+        f"{OURS} ('near 0%'; SageMaker Debugger's LowGPUUtilization reports a GPU whose "
+        "utilization never leaves 0 as not used)",
+    )
+    idle_gpu_share_pct: float = _s(
+        80.0,
+        "%",
+        "Share of a GPU's samples that are idle at or above which the GPU the trial "
+        "holds is reported idle ('most of the run').",
+        OURS,
+    )
+    # --- memory growth
+    growth_min_pct: float = _s(
+        5.0,
+        "%",
+        "Rise of memory over the second half of training, as a share of its level "
+        "there, at or above which memory is growing.",
+        SM_GPU_MEM,
+    )
+    growth_min_mib: float = _s(
+        64.0,
+        "MiB",
+        "Smallest rise over the second half of training reported as growth "
+        "(ignores allocator noise).",
+        OURS,
+    )
+    growth_max_dip_pct: float = _s(
+        25.0,
+        "%",
+        "Largest fall of a segment's mean memory below an earlier segment's (in the second "
+        "half of training), as a share of the rise, at or under which memory 'keeps "
+        "climbing' (a sawtooth of allocations and frees falls back; a leak does not).",
+        OURS,
+    )
+    growth_segments: float = _s(
+        8,
+        "segments",
+        "Segments the second half of training is cut into to test that memory keeps climbing.",
+        OURS,
+    )
+    # --- evaluation spikes
+    eval_spike_min_pct: float = _s(
+        10.0,
+        "%",
+        "Memory an evaluation adds over the level just before it, as a share of "
+        "that level, at or above which the evaluation spike is reported.",
+        OURS,
+    )
+    eval_spike_min_mib: float = _s(
+        64.0, "MiB", "Smallest memory an evaluation must add to be reported.", OURS
+    )
+    # --- right-size
+    rightsize_headroom_pct: float = _s(
+        20.0,
+        "%",
+        "Headroom over the peak GPU memory the recommended GPU must hold.",
+        f"{OURS} (the issue)",
+    )
+    mig_max_util_pct: float = _s(
+        15.0,
+        "%",
+        "95th percentile of GPU utilization while training at or under which a MIG "
+        "slice is considered.",
+        f"{OURS} (the issue); a 1g slice has 1/7 of the SMs",
+    )
+    # --- data sufficiency
+    min_samples: float = _s(
+        5, "samples", "Fewest samples of a series (while training) before a rule judges it.", OURS
+    )
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float)
+                or not math.isfinite(v)
+                or v < 0
+            ):
+                raise ConfigError(f"finding setting {f.name} must be a number >= 0, not {v!r}")
+            if (
+                f.metadata["unit"] == "%"
+                and v > 100
+                and not f.name.startswith(("growth_min", "eval_spike", "rightsize"))
+            ):
+                raise ConfigError(f"finding setting {f.name} is a percentage: 0 to 100, not {v!r}")
+        if self.input_wait_moderate_pct > self.input_wait_high_pct:
+            raise ConfigError("input_wait_moderate_pct must not exceed input_wait_high_pct")
+        if self.growth_segments < 2:
+            raise ConfigError("growth_segments must be at least 2")
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """One setting as the docs list it."""
+
+    name: str
+    default: float
+    unit: str
+    help: str
+    source: str
+
+
+def setting_info() -> list[SettingInfo]:
+    """Every setting of :class:`FindingSettings` with its default, unit, help and source."""
+    out = []
+    for f in dataclasses.fields(FindingSettings):
+        default: float = f.default  # type: ignore[assignment]
+        out.append(
+            SettingInfo(
+                f.name,
+                float(default),
+                str(f.metadata["unit"]),
+                str(f.metadata["help"]),
+                str(f.metadata["source"]),
+            )
+        )
+    return out

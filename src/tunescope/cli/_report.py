@@ -1,0 +1,121 @@
+"""`tunescope report RUN`: a run's findings and per-trial peaks and means, as text, JSON,
+Markdown or HTML. Register with ``app.command()(report)``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tunescope.errors import ConfigError
+
+__all__ = ["parse_prices", "report"]
+
+
+def parse_prices(items: list[str]) -> dict[str, float]:
+    """``KEY=USD`` pairs (GPU key from the catalog, USD per GPU-hour) into a dict;
+    ConfigError names a malformed item."""
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        try:
+            price = float(raw)
+        except ValueError:
+            price = float("nan")
+        if not sep or not key.strip() or price != price:
+            raise ConfigError(
+                f"malformed --price {item!r}: expected GPU=USD_PER_HOUR, e.g. h100-80gb=2.49"
+            )
+        out[key.strip()] = price
+    return out
+
+
+def report(
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run name or id.")],
+    trial: Annotated[str | None, typer.Option("--trial", help="Only this trial (by name).")] = None,
+    out_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="text, json, md (Markdown with PNG charts written next to --out) or "
+            "html (one file, charts embedded).",
+        ),
+    ] = "text",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write to this file instead of stdout (required for md and html).",
+            show_default=False,
+        ),
+    ] = None,
+    price: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--price",
+            help="Hourly price of a GPU of the right-size catalog, KEY=USD (e.g. "
+            "h100-80gb=2.49); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Store URL: a SQLite file path (default ./tunescope.db, or "
+            "$TUNESCOPE_STORE) or postgresql://...",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Report a run's findings with per-trial peaks and means.
+
+    Findings: input-bound, near out-of-memory, GPU under-used, busy but not working,
+    CPU-bound, idle GPUs, memory growth, evaluation spikes and right-sizing (see
+    docs/findings.md). md and html carry a chart of the four headline metrics per trial,
+    ready to paste into a pull request."""
+    from tunescope.analyze import (
+        REPORT_FORMATS,
+        build_report,
+        gpu_catalog,
+        render_report,
+        require_charts,
+    )
+    from tunescope.store import open_store
+
+    if out_format not in REPORT_FORMATS:
+        raise ConfigError(f"unknown --format {out_format!r}: use {', '.join(REPORT_FORMATS)}")
+    if out_format in ("md", "html") and out is None:
+        raise ConfigError(
+            f"--format {out_format} needs --out PATH (the charts are "
+            f"{'written next to it' if out_format == 'md' else 'embedded in it'})"
+        )
+    if out is not None and not out.parent.resolve().is_dir():
+        raise ConfigError(f"cannot write {out}: directory {out.parent} does not exist")
+    catalog = gpu_catalog(parse_prices(price or []))
+    charts = out_format in ("md", "html")
+    if charts:
+        require_charts()  # refuse before reading anything when matplotlib is missing
+    with open_store(store, readonly=True) as st:
+        rep = build_report(
+            st,
+            int(run_ref) if run_ref.isdigit() else run_ref,
+            trial=trial,
+            catalog=catalog,
+            charts=charts,
+        )
+    stem = out.stem if out is not None else "report"
+    text, files = render_report(rep, out_format, image_stem=stem)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        for name, data in files.items():
+            (out.parent / name).write_bytes(data)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
+    extra = f" and {len(files)} chart(s) beside it" if files else ""
+    typer.echo(f"wrote {out}{extra}", err=True)

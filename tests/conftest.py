@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from collect_helpers import Proc
 from tunescope.store import Store, open_store
 
 PG_URL = os.environ.get("TUNESCOPE_TEST_POSTGRES")
@@ -54,3 +55,12 @@ def store(store_url: str) -> Iterator[Store]:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return str(tmp_path / "store.db")
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Child processes a test started, killed when it ends."""
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.kill()

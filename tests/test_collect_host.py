@@ -8,19 +8,22 @@ resident memory, which a loaded machine does not change, never on wall-clock sha
 from __future__ import annotations
 
 import os
-import queue
 import subprocess
-import sys
-import textwrap
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import psutil
-import pytest
 
+from collect_helpers import (
+    Proc,
+    clean_env,
+    make_trial,
+    python,
+    series,
+    start_sampler,
+    stop_sampler,
+)
 from tunescope.collect._cgroup import (
     cpu_limit,
     memory_limit,
@@ -35,105 +38,6 @@ from tunescope.store import open_store
 
 MIB = 1024 * 1024
 BUF = 300 * MIB
-
-
-# ---------------------------------------------------------------------- helpers
-class Proc:
-    """A child process whose stdout lines arrive on a queue (reads never block the test)."""
-
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.p = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
-        self._pump_thread.start()
-
-    def _pump(self) -> None:
-        assert self.p.stdout is not None
-        with self.p.stdout:
-            for raw in self.p.stdout:
-                self.lines.put(raw.decode().rstrip("\n"))
-        self.lines.put("<eof>")
-
-    def expect(self, timeout: float = 30.0) -> str:
-        return self.lines.get(timeout=timeout)
-
-    def send(self, line: str) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.write(line.encode() + b"\n")
-        self.p.stdin.flush()
-
-    def kill(self) -> None:
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(timeout=10)
-        for stream in (self.p.stdin, self.p.stderr):
-            if stream is not None:
-                stream.close()
-        self._pump_thread.join(timeout=10)
-
-    def stderr(self) -> str:
-        assert self.p.stderr is not None
-        return self.p.stderr.read().decode()
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.kill()
-
-
-def python(code: str, *args: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(code), *args]
-
-
-def make_trial(url: str) -> int:
-    with open_store(url) as s:
-        return s.create_trial(s.ensure_run("r").id).id
-
-
-def sampler(url: str, trial: int, pid: int, interval: float) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tunescope.collect",
-        "--store",
-        url,
-        "--trial",
-        str(trial),
-        "--pid",
-        str(pid),
-        "--interval",
-        str(interval),
-    ]
-
-
-def clean_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("TUNESCOPE_GPU_REPLAY", None)
-    return env
-
-
-def start_sampler(procs: list[Proc], url: str, trial: int, pid: int, interval: float) -> Proc:
-    s = Proc(sampler(url, trial, pid, interval), env=clean_env())
-    procs.append(s)
-    assert s.expect() == "ready"
-    return s
-
-
-def stop_sampler(s: Proc) -> None:
-    s.send("stop")
-    assert s.p.wait(timeout=30) == 0
-
-
-def series(url: str, trial: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    with open_store(url) as s:
-        (info,) = s.list_series(trial, metric)
-        t, v = s.read_samples(info.id)
-    return t, v
 
 
 def cpu_seconds(url: str, trial: int) -> float:

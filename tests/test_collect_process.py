@@ -5,20 +5,24 @@ from __future__ import annotations
 import ast
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tunescope.collect
+from collect_helpers import (
+    Proc,
+    clean_env,
+    make_trial,
+    sampler_args,
+    series,
+)
 from tunescope.collect import MIN_INTERVAL, Sampler, failure_message
 from tunescope.errors import ConfigError
 from tunescope.store import open_store
@@ -27,91 +31,10 @@ COLLECT_DIR = Path(tunescope.collect.__file__).parent
 
 
 # ---------------------------------------------------------------------- helpers
-class Proc:
-    """A child process whose stdout lines arrive on a queue (reads never block the test)."""
-
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.p = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
-        self._pump_thread.start()
-
-    def _pump(self) -> None:
-        assert self.p.stdout is not None
-        with self.p.stdout:
-            for raw in self.p.stdout:
-                self.lines.put(raw.decode().rstrip("\n"))
-        self.lines.put("<eof>")
-
-    def expect(self, timeout: float = 30.0) -> str:
-        return self.lines.get(timeout=timeout)
-
-    def send(self, line: str) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.write(line.encode() + b"\n")
-        self.p.stdin.flush()
-
-    def kill(self) -> None:
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(timeout=10)
-        for stream in (self.p.stdin, self.p.stderr):
-            if stream is not None:
-                stream.close()
-        self._pump_thread.join(timeout=10)
-
-    def stderr(self) -> str:
-        assert self.p.stderr is not None
-        return self.p.stderr.read().decode()
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.kill()
-
-
-def clean_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("TUNESCOPE_GPU_REPLAY", None)
-    return env
-
-
-def make_trial(url: str) -> int:
-    with open_store(url) as s:
-        return s.create_trial(s.ensure_run("r").id).id
-
-
-def sampler_args(url: str, trial: int, pid: int, interval: float) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tunescope.collect",
-        "--store",
-        url,
-        "--trial",
-        str(trial),
-        "--pid",
-        str(pid),
-        "--interval",
-        str(interval),
-    ]
-
-
 def sleeper(procs: list[Proc]) -> Proc:
     p = Proc(["sleep", "120"])
     procs.append(p)
     return p
-
-
-def series(url: str, trial: int, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    with open_store(url) as s:
-        (info,) = s.list_series(trial, metric)
-        return s.read_samples(info.id)
 
 
 # ---------------------------------------------------------------------- (e) start and stop

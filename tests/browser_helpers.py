@@ -8,7 +8,12 @@ The run "lora-sweep" began an hour ago and has four trials, one in each state:
   whole-run window answers bins), evaluations every 500 s lasting 40 s, a GPU-memory spike of
   79 GiB on GPU 0 at 1234 s and a CPU spike at 2000 s, scalars and checkpoints;
 * ``trial-1`` running: 1 GPU, started at 600 s, extended every second by a writer thread;
-* ``trial-2`` failed after 10 min; ``trial-3`` running in the store but silent: reads ``lost``.
+* ``trial-2`` failed after 10 min, input-bound from 330 s to 870 s (its loop waited 45% of
+  every step: a high-severity finding); ``trial-3`` running in the store but silent: reads
+  ``lost``.
+
+Every trial has findings (memory growth, evaluation spikes, right-size…); ``Recorded.extra``
+holds the input-bound span of trial-2.
 
 A second run, named with markup, checks that names are shown as text.
 """
@@ -213,6 +218,21 @@ def _trial_data(
     )
 
 
+INPUT_BOUND = (330.0, 870.0)  # seconds after the run began: trial-2 waits for its batches
+INPUT_WAIT_SHARE = 0.45
+
+
+def _input_bound(store: Store, trial: int, t0: float, t1: float) -> None:
+    """What trial.watch() records for a loop that waits INPUT_WAIT_SHARE of every 1 s step:
+    a data_wait event per batch (duration: the wait, value: the step time) and the
+    train.data_wait share at 1 Hz."""
+    t = np.arange(t0, t1, 1.0)
+    store.add_events(
+        Event(trial, "data_wait", float(a), duration=INPUT_WAIT_SHARE, value=1.0) for a in t
+    )
+    _write(store, trial, "train.data_wait", None, t + 1.0, np.full(len(t), 100 * INPUT_WAIT_SHARE))
+
+
 def build_store(path: Path) -> Recorded:
     now = time.time()
     start = now - 3600.0
@@ -252,6 +272,7 @@ def build_store(path: Path) -> Recorded:
             step_every=1.0,
             eval_every=400,
         )
+        _input_bound(store, c.id, start + INPUT_BOUND[0], start + INPUT_BOUND[1])
         store.update_trial(c.id, state="failed", end=start + 900, error="CUDA out of memory")
         d = store.create_trial(run.id, "trial-3", {"lr": 5e-5}, host="node-c", start=start + 1200)
         _trial_data(

@@ -35,6 +35,7 @@ def test_runs_list(page: Any, recorded: Recorded) -> None:
         "Trials",
         "Duration",
         "Peak GPU memory",
+        "Findings",
     ]
     cells = table.locator("tbody tr").first.locator("td").all_inner_texts()
     assert cells[0] == "lora-sweep"

@@ -17,6 +17,38 @@ export interface MetricInfo {
 
 export type TrialState = "running" | "completed" | "failed" | "lost" | "pruned" | string;
 
+export type Severity = "high" | "moderate" | "low";
+export const SEVERITIES: Severity[] = ["high", "moderate", "low"];
+
+/** How many findings a run has, by severity. */
+export interface FindingCounts {
+  high: number;
+  moderate: number;
+  low: number;
+}
+
+/** A diagnosis of one trial (docs/findings.md): the span it refers to and the series to look at. */
+export interface Finding {
+  id: string;
+  rule: string;
+  trial_id: number;
+  severity: Severity;
+  title: string;
+  message: string;
+  evidence: Record<string, unknown>;
+  t0: number | null;
+  t1: number | null;
+  metric: string | null;
+  device: string | null;
+  advice: string[];
+}
+
+export interface RunFindings {
+  /** trial id (as a string) -> its findings, most severe first; trials in creation order */
+  trials: Record<string, Finding[]>;
+  counts: FindingCounts;
+}
+
 export interface RunSummary {
   id: number;
   name: string;
@@ -26,6 +58,8 @@ export interface RunSummary {
   trials: number;
   duration_s: number | null;
   peak_gpu_mem: number | null;
+  /** null while the server has not computed them yet */
+  findings: FindingCounts | null;
 }
 
 export interface Trial {
@@ -164,6 +198,10 @@ export const api = {
   },
   runs: (signal?: AbortSignal) => get<RunSummary[]>("/runs", {}, signal),
   run: (run: string | number, signal?: AbortSignal) => get<RunDetail>(`/runs/${enc(String(run))}`, {}, signal),
+  runFindings: (run: string | number, signal?: AbortSignal) =>
+    get<RunFindings>(`/runs/${enc(String(run))}/findings`, {}, signal),
+  trialFindings: (trial: number, signal?: AbortSignal) =>
+    get<Finding[]>(`/trials/${trial}/findings`, {}, signal),
   trialMetrics: (trial: number, signal?: AbortSignal) =>
     get<TrialMetric[]>(`/trials/${trial}/metrics`, {}, signal),
   series: (trial: number, metric: string, start: number, end: number, points: number,

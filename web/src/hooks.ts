@@ -33,6 +33,19 @@ export interface DrawInfo {
   seq: number;
 }
 
+export interface FindingsInfo {
+  run: number;
+  /** completed loads of the run's findings (each poll counts) */
+  loads: number;
+  /** the findings listed, in the panel's order; t0/t1 in epoch seconds */
+  items: { id: string; trial: number; rule: string; severity: string; metric: string | null;
+           device: string | null; t0: number | null; t1: number | null }[];
+  counts: { high: number; moderate: number; low: number } | null;
+  /** the finding last chosen in the panel, while the chart still shows its metric and trial */
+  active: string | null;
+  error: string | null;
+}
+
 interface Hooks {
   version: 1;
   drawCount: number;
@@ -41,6 +54,10 @@ interface Hooks {
   polls: number;
   live: boolean;
   errors: string[];
+  /** the Resource Utilization tab's findings panel */
+  findings: FindingsInfo | null;
+  /** the runs list: loads so far, and each run's finding counts (null: not computed yet) */
+  runs: { loads: number; findings: Record<string, { high: number; moderate: number; low: number } | null> };
   /** resolves with the first main-chart draw after the `after`-th (complete: with markers) */
   waitForDraw(after: number, complete?: boolean): Promise<DrawInfo>;
 }
@@ -55,6 +72,8 @@ export const hooks: Hooks = {
   polls: 0,
   live: false,
   errors: [],
+  findings: null,
+  runs: { loads: 0, findings: {} },
   waitForDraw(after: number, complete = false): Promise<DrawInfo> {
     const last = hooks.lastDraw;
     if (hooks.drawCount > after && last && (last.complete || !complete)) return Promise.resolve(last);

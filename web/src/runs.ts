@@ -1,10 +1,12 @@
-// The runs list: name, start, state, trials, duration, peak GPU memory; refreshed every 5 s.
+// The runs list: name, start, state, trials, duration, peak GPU memory and findings by
+// severity; refreshed every 5 s.
 
 import { api, type RunSummary } from "./api";
 import { h, replace } from "./dom";
 import { fmtBytes, fmtDate, fmtDuration } from "./format";
+import { hooks } from "./hooks";
 import { runHref } from "./route";
-import { message, stateBadge } from "./widgets";
+import { findingCounts, message, stateBadge } from "./widgets";
 
 export class RunsPage {
   readonly el: HTMLElement;
@@ -40,6 +42,10 @@ export class RunsPage {
       return;
     }
     if (this.dead) return;
+    hooks.runs = {
+      loads: hooks.runs.loads + 1,
+      findings: Object.fromEntries(runs.map((r) => [String(r.id), r.findings ?? null])),
+    };
     if (!runs.length) {
       replace(this.body, message("info",
         "No runs recorded yet. Record one with “tunescope run -- python train.py”, or try “tunescope demo”."));
@@ -51,13 +57,15 @@ export class RunsPage {
       h("td", {}, stateBadge(r.state)),
       h("td", { class: "num" }, String(r.trials)),
       h("td", { class: "num nowrap" }, fmtDuration(r.duration_s)),
-      h("td", { class: "num nowrap" }, fmtBytes(r.peak_gpu_mem))));
+      h("td", { class: "num nowrap" }, fmtBytes(r.peak_gpu_mem)),
+      h("td", { class: "nowrap findings-cell" },
+        findingCounts(r.findings ?? null, runHref(r.id, "resources")))));
     replace(this.body, h("div", { class: "table-wrap" },
       h("table", { class: "table runs-table" },
         h("caption", { class: "visually-hidden" }, "Runs"),
         h("thead", {}, h("tr", {},
-          ["Name", "Started", "State", "Trials", "Duration", "Peak GPU memory"].map((c, i) =>
-            h("th", { scope: "col", class: i >= 3 ? "num" : "" }, c)))),
+          ["Name", "Started", "State", "Trials", "Duration", "Peak GPU memory", "Findings"].map((c, i) =>
+            h("th", { scope: "col", class: i >= 3 && i <= 5 ? "num" : "" }, c)))),
         h("tbody", {}, rows))));
   }
 }

@@ -9,15 +9,23 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
+from tunescope.analyze import SEVERITIES, Finding, findings_for_trial
 from tunescope.errors import NotFound
 from tunescope.metrics import CATALOG
 from tunescope.server._errors import invalid, not_found
 from tunescope.store import RunInfo, SeriesInfo, Store, TrialInfo
 
 __all__ = [
+    "FINDINGS_REFRESH_S",
+    "RUNS_LIST_BUDGET_S",
+    "FindingsCache",
     "RunSummaries",
     "device_key",
+    "finding_counts",
     "metric_order",
     "resolve_run",
     "resolve_trial",
@@ -150,3 +158,95 @@ class RunSummaries:
             last = max(marks, default=run.start)
         peaks = [p for p in (self.trial_peak(t) for t in trials) if p is not None]
         return max(0.0, last - run.start), (max(peaks) if peaks else None)
+
+
+FINDINGS_REFRESH_S = 10.0
+"""A running trial's findings are recomputed at most this often (seconds): they read every
+series of the trial, and a running trial's heartbeat changes every second."""
+
+RUNS_LIST_BUDGET_S = 1.0
+"""Seconds one runs-list request may spend computing findings that no earlier request has;
+runs left over show ``findings: null`` until a later request (the page polls) gets to them."""
+
+
+def _fingerprint(trial: TrialInfo) -> tuple[str, float | None, float | None, str | None]:
+    """What changes when a trial's findings may change: every writer (sampler, SDK flusher,
+    ingest) refreshes the heartbeat when it writes, and a trial that ends sets state and end."""
+    return (trial.state, trial.end, trial.heartbeat, trial.error)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    fingerprint: tuple[str, float | None, float | None, str | None]
+    at: float
+    findings: tuple[Finding, ...]
+
+
+class FindingsCache:
+    """Findings of trials, computed on demand and remembered (they read every series).
+
+    A trial's findings are reused while its fingerprint (state, end, heartbeat, error) is
+    unchanged, so a finished trial is analysed once; a running trial, whose heartbeat moves
+    every second, is analysed again at most every :data:`FINDINGS_REFRESH_S` seconds (in
+    between, the last result is answered). Two requests that need the same trial at once
+    compute it once. The clock is injectable for tests.
+    """
+
+    def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[int, _Entry] = {}
+        self._busy: dict[int, threading.Lock] = {}
+
+    def _usable(self, entry: _Entry | None, trial: TrialInfo) -> bool:
+        if entry is None:
+            return False
+        if entry.fingerprint == _fingerprint(trial):
+            return True
+        return trial.state == "running" and self._clock() - entry.at < FINDINGS_REFRESH_S
+
+    def trial(self, trial: TrialInfo, deadline: float | None = None) -> list[Finding] | None:
+        """The trial's findings, most severe first. With a ``deadline`` (on this cache's
+        clock) that has passed, nothing is computed: the last result is answered, stale or
+        not, and None when there is none yet."""
+        with self._lock:
+            entry = self._entries.get(trial.id)
+        if self._usable(entry, trial):
+            assert entry is not None
+            return list(entry.findings)
+        if deadline is not None and self._clock() >= deadline:
+            return None if entry is None else list(entry.findings)
+        with self._lock:
+            busy = self._busy.setdefault(trial.id, threading.Lock())
+        with busy:
+            with self._lock:
+                entry = self._entries.get(trial.id)
+            if self._usable(entry, trial):  # computed meanwhile by another request
+                assert entry is not None
+                return list(entry.findings)
+            found = tuple(findings_for_trial(self._store, trial))
+            with self._lock:
+                self._entries[trial.id] = _Entry(_fingerprint(trial), self._clock(), found)
+            return list(found)
+
+    def run(
+        self, trials: list[TrialInfo], deadline: float | None = None
+    ) -> dict[int, list[Finding] | None]:
+        """Findings of each of a run's trials, keyed by trial id in the given order."""
+        return {t.id: self.trial(t, deadline) for t in trials}
+
+    def list_deadline(self) -> float:
+        """The deadline of one runs-list request: :data:`RUNS_LIST_BUDGET_S` from now."""
+        return self._clock() + RUNS_LIST_BUDGET_S
+
+
+def finding_counts(findings: Mapping[int, Sequence[Finding] | None]) -> dict[str, int] | None:
+    """How many findings of each severity; None when a trial's are not computed yet."""
+    counts: dict[str, int] = dict.fromkeys(SEVERITIES, 0)
+    for fs in findings.values():
+        if fs is None:
+            return None
+        for f in fs:
+            counts[f.severity] += 1
+    return counts

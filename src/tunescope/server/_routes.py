@@ -17,8 +17,10 @@ from starlette.responses import JSONResponse, Response
 from tunescope.metrics import CATALOG
 from tunescope.server._errors import invalid, not_found
 from tunescope.server._queries import (
+    FindingsCache,
     RunSummaries,
     device_key,
+    finding_counts,
     metric_order,
     resolve_run,
     resolve_trial,
@@ -29,9 +31,11 @@ from tunescope.server._schema import (
     CheckpointOut,
     ErrorOut,
     EventsOut,
+    FindingOut,
     HealthOut,
     MetricOut,
     RunDetailOut,
+    RunFindingsOut,
     RunOut,
     ScalarsOut,
     TrialMetricOut,
@@ -42,6 +46,7 @@ from tunescope.server._serialize import (
     checkpoint_json,
     events_json,
     metric_json,
+    run_findings_json,
     run_json,
     scalar_json,
     trial_json,
@@ -87,6 +92,7 @@ def api_router(store: Store) -> APIRouter:
     """The ``/api`` routes over one store (the caller mounts them under ``/api``)."""
     router = APIRouter()
     summaries = RunSummaries(store)
+    findings = FindingsCache(store)
     metrics_body = [metric_json(m) for m in CATALOG]
 
     @router.get("/health", response_model=HealthOut, summary="Liveness and the store URL")
@@ -100,9 +106,13 @@ def api_router(store: Store) -> APIRouter:
     @router.get("/runs", response_model=list[RunOut], summary="Every run, newest first")
     def runs() -> Response:
         out = []
+        # findings no request has computed yet: newest runs first, within a time budget
+        deadline = findings.list_deadline()
         for r in store.list_runs():
-            duration, peak = summaries.summary(r, store.list_trials(r.id))
-            out.append(run_json(r, duration, peak))
+            trials = store.list_trials(r.id)
+            duration, peak = summaries.summary(r, trials)
+            counts = finding_counts(findings.run(trials, deadline))
+            out.append(run_json(r, duration, peak, counts))
         return _json(out)
 
     @router.get(
@@ -115,7 +125,21 @@ def api_router(store: Store) -> APIRouter:
         r = resolve_run(store, run)
         trials = store.list_trials(r.id)
         duration, peak = summaries.summary(r, trials)
-        return _json(run_json(r, duration, peak, trials))
+        counts = finding_counts(findings.run(trials))
+        return _json(run_json(r, duration, peak, counts, trials))
+
+    @router.get(
+        "/runs/{run}/findings",
+        response_model=RunFindingsOut,
+        responses=_ERRORS,
+        summary="Findings of every trial of a run, with counts by severity",
+    )
+    def run_findings(run: Annotated[str, Path(description="run id or name")]) -> Response:
+        r = resolve_run(store, run)
+        found = {tid: fs or [] for tid, fs in findings.run(store.list_trials(r.id)).items()}
+        counts = finding_counts(found)
+        assert counts is not None
+        return _json(run_findings_json(found, counts))
 
     @router.get(
         "/runs/{run}/trials",
@@ -130,6 +154,15 @@ def api_router(store: Store) -> APIRouter:
     @router.get("/trials/{trial}", response_model=TrialOut, responses=_ERRORS, summary="One trial")
     def trial_detail(trial: TrialId) -> Response:
         return _json(trial_json(resolve_trial(store, trial)))
+
+    @router.get(
+        "/trials/{trial}/findings",
+        response_model=list[FindingOut],
+        responses=_ERRORS,
+        summary="Findings of one trial, most severe first",
+    )
+    def trial_findings(trial: TrialId) -> Response:
+        return _json([f.to_dict() for f in findings.trial(resolve_trial(store, trial)) or []])
 
     @router.get(
         "/trials/{trial}/metrics",

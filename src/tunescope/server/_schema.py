@@ -19,9 +19,12 @@ __all__ = [
     "EventBinOut",
     "EventOut",
     "EventsOut",
+    "FindingCountsOut",
+    "FindingOut",
     "HealthOut",
     "MetricOut",
     "RunDetailOut",
+    "RunFindingsOut",
     "RunOut",
     "ScalarOut",
     "ScalarsOut",
@@ -80,6 +83,38 @@ class TrialOut(BaseModel):
     interval: float = Field(description="sampling interval in seconds")
 
 
+class FindingCountsOut(BaseModel):
+    """How many findings a run has, by severity."""
+
+    high: int
+    moderate: int
+    low: int
+
+
+class FindingOut(BaseModel):
+    """A diagnosis of one trial (docs/findings.md)."""
+
+    id: str = Field(description="unique in a store: trial:rule:metric:device")
+    rule: str = Field(description="the rule's key, e.g. input_bound")
+    trial_id: int
+    severity: Literal["high", "moderate", "low"]
+    title: str = Field(description="one line, with the headline number")
+    message: str = Field(description="what was measured, with the numbers")
+    evidence: dict[str, Any] = Field(description="the numbers behind it, in base units")
+    t0: float | None = Field(description="start of the span it refers to (null when none)")
+    t1: float | None = Field(description="end of the span it refers to (null when none)")
+    metric: str | None = Field(description="catalog key of the series to look at")
+    device: str | None = Field(description="GPU index of that series; null for trial-wide")
+    advice: list[str] = Field(description="what to try, most effective first")
+
+
+class RunFindingsOut(BaseModel):
+    trials: dict[str, list[FindingOut]] = Field(
+        description="trial id -> its findings, most severe first; trials in creation order"
+    )
+    counts: FindingCountsOut
+
+
 class RunOut(BaseModel):
     id: int
     name: str
@@ -93,6 +128,9 @@ class RunOut(BaseModel):
     peak_gpu_mem: float | None = Field(
         description="highest gpu.mem sample of any trial on any GPU, bytes"
     )
+    findings: FindingCountsOut | None = Field(
+        description="findings by severity; null while not computed yet (poll again)"
+    )
 
 
 class RunDetailOut(BaseModel):
@@ -103,6 +141,7 @@ class RunDetailOut(BaseModel):
     state: str
     duration_s: float
     peak_gpu_mem: float | None
+    findings: FindingCountsOut
     trials: list[TrialOut]
 
 

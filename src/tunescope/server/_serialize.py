@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunescope.analyze import Finding
 from tunescope.metrics import Metric
 from tunescope.store import Event, EventsWindow, RunInfo, Scalar, TrialInfo, Window
 
@@ -15,6 +16,7 @@ __all__ = [
     "event_json",
     "events_json",
     "metric_json",
+    "run_findings_json",
     "run_json",
     "scalar_json",
     "trial_json",
@@ -60,9 +62,14 @@ def trial_json(t: TrialInfo) -> Json:
 
 
 def run_json(
-    r: RunInfo, duration_s: float, peak_gpu_mem: float | None, trials: list[TrialInfo] | None = None
+    r: RunInfo,
+    duration_s: float,
+    peak_gpu_mem: float | None,
+    findings: dict[str, int] | None,
+    trials: list[TrialInfo] | None = None,
 ) -> Json:
-    """One run: with the trial count, or with the trials themselves when given."""
+    """One run: with the trial count, or with the trials themselves when given; ``findings``
+    counts its findings by severity (None while they are not computed yet)."""
     return {
         "id": r.id,
         "name": r.name,
@@ -72,6 +79,16 @@ def run_json(
         "trials": r.trials if trials is None else [trial_json(t) for t in trials],
         "duration_s": duration_s,
         "peak_gpu_mem": peak_gpu_mem,
+        "findings": findings,
+    }
+
+
+def run_findings_json(findings: dict[int, list[Finding]], counts: dict[str, int]) -> Json:
+    """A run's findings per trial (keys are trial ids as strings, in creation order) and
+    their counts by severity."""
+    return {
+        "trials": {str(tid): [f.to_dict() for f in fs] for tid, fs in findings.items()},
+        "counts": counts,
     }
 
 

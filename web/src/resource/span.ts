@@ -33,8 +33,12 @@ export function zoom(s: Span, factor: number, extent: number): Span {
   return clamp({ from: c - w / 2, to: c + w / 2 }, extent);
 }
 
+/** Spans are rounded to milliseconds (as the URL carries them): paging and zooming a
+ *  rounded span can miss an edge by a few of them. */
+const SLACK = 0.005;
+
 export function isWhole(s: Span, extent: number): boolean {
-  return s.from <= 0 && s.to >= extent;
+  return s.from <= SLACK && s.to >= extent - SLACK;
 }
 
 /** Whether a window's right edge is at the live edge (within 2 s or 2% of its width). */

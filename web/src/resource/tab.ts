@@ -1,13 +1,14 @@
 // The Resource Utilization tab: Select Metric / Select Trials, the chart with its time range,
-// paging and zoom controls and marker toggles, live following of a running trial, and the
-// comparison view. Every change is written to the URL (and the comparison list to
-// localStorage), so a link or a reload reproduces the view.
+// paging and zoom controls and marker toggles, live following of a running trial, the
+// comparison view and the run's findings. Every change is written to the URL (and the
+// comparison list to localStorage), so a link or a reload reproduces the view.
 
-import type { MetricInfo, RunDetail, Trial } from "../api";
+import type { Finding, MetricInfo, RunDetail, Trial } from "../api";
 import { announce, h, replace } from "../dom";
 import { hooks } from "../hooks";
 import { stateBadge } from "../widgets";
 import { type ComparisonHost, ComparisonPanel } from "./comparison";
+import { type FindingsHost, FindingsPanel } from "./findings";
 import { SeriesPanel } from "./panel";
 import * as S from "./span";
 import { loadPins, type ResourceView, readView, savePins, viewQuery } from "./state";
@@ -23,14 +24,19 @@ export interface RunContext {
 
 const SYNC = "tunescope-time";
 const POLL_MS = 1000;
+/** Polls between two loads of the findings while a trial runs (the server recomputes a
+ *  running trial's findings at most every 10 s). */
+const FINDINGS_EVERY = 10;
 
-export class ResourceTab implements ComparisonHost {
+export class ResourceTab implements ComparisonHost, FindingsHost {
   readonly el: HTMLElement;
   private view: ResourceView;
   private readonly bar: Toolbar;
   private readonly range: TimeRange;
   private readonly main: SeriesPanel;
   private readonly cmp: ComparisonPanel;
+  private readonly findings: FindingsPanel;
+  private readonly chartCard: HTMLElement;
   private readonly head: HTMLElement;
   private readonly status: HTMLElement;
   private readonly byKey: Map<string, MetricInfo>;
@@ -73,11 +79,12 @@ export class ResourceTab implements ComparisonHost {
       "Chart. Drag to zoom; keys: left and right arrows page, + and − zoom, 0 resets.");
     plot.addEventListener("keydown", (ev) => this.chartKey(ev));
     this.cmp = new ComparisonPanel(this, SYNC);
+    this.findings = new FindingsPanel(ctx.run.id, this);
     this.status = h("div", { class: "visually-hidden", role: "status", "aria-live": "polite" });
-    this.el = h("div", { class: "resource-tab" },
-      h("section", { class: "card chart-card", "aria-label": "Resource utilization chart" },
-        this.bar.selection, this.bar.tools, this.head, plot),
-      this.cmp.el, this.status);
+    this.chartCard = h("section", { class: "card chart-card", "aria-label": "Resource utilization chart" },
+      this.bar.selection, this.bar.tools, this.head, plot);
+    this.el = h("div", { class: "resource-tab" }, this.chartCard, this.cmp.el, this.findings.el,
+      this.status);
   }
 
   /** Call once the element is in the document (the chart needs its width). */
@@ -89,6 +96,7 @@ export class ResourceTab implements ComparisonHost {
     this.main.chart.markers.showEvals = this.view.evals;
     this.cmp.render(this.view.pins, this.view.sel, this.view.align);
     this.apply();
+    void this.findings.load();
     this.timer = window.setInterval(() => this.tick(), POLL_MS);
   }
 
@@ -97,6 +105,7 @@ export class ResourceTab implements ComparisonHost {
     window.clearInterval(this.timer);
     this.main.destroy();
     this.cmp.destroy();
+    this.findings.destroy();
     hooks.live = false;
   }
 
@@ -145,11 +154,40 @@ export class ResourceTab implements ComparisonHost {
   setAlign(align: boolean): void {
     this.view.align = align;
     this.view.span = null;
+    this.findings.refresh();
     this.apply();
   }
 
   zoomTo(span: S.Span): void {
     this.setSpan(span, false);
+  }
+
+  // ------------------------------------------------------------------ FindingsHost
+  trials(): Trial[] {
+    return this.ctx.run.trials;
+  }
+
+  /** Show a finding: its trial and metric, the window around its span (with a margin). */
+  showFinding(f: Finding): void {
+    const trial = this.trial(f.trial_id);
+    if (!trial) return;
+    this.view.trial = trial.id;
+    if (f.metric !== null && this.byKey.has(f.metric)) this.view.metric = f.metric;
+    this.bar.setMetric(this.view.metric);
+    this.bar.setTrials(this.ctx.run.trials, trial.id);
+    this.unselectPin();
+    this.findings.setActive(f.id);
+    this.say(`Showing ${f.title} (${trial.name})`);
+    if (f.t0 !== null && f.t1 !== null && f.t1 >= f.t0) {
+      const off = this.offset(trial);
+      const margin = Math.max(0.1 * (f.t1 - f.t0), 2 * (trial.interval ?? 1));
+      this.setSpan({ from: f.t0 - off - margin, to: f.t1 - off + margin }, false);
+    } else {
+      this.view.span = null;
+      this.apply();
+    }
+    // bring the chart into view when the list has scrolled it off the top
+    if (this.chartCard.getBoundingClientRect().top < 0) this.chartCard.scrollIntoView({ block: "start" });
   }
 
   // ------------------------------------------------------------------ view changes
@@ -166,14 +204,18 @@ export class ResourceTab implements ComparisonHost {
 
   private selectionChanged(): void {
     this.bar.markTrial(this.ctx.run.trials, this.view.trial);
-    // the selected row stays selected only while it is what the chart shows
+    this.unselectPin();
+    this.apply();
+  }
+
+  /** The selected comparison row stays selected only while it is what the chart shows. */
+  private unselectPin(): void {
     const pin = this.view.pins[this.view.sel];
     if (pin && (pin.metric !== this.view.metric || pin.trial !== this.view.trial)) {
       this.view.sel = -1;
       this.savePins();
       this.cmp.render(this.view.pins, this.view.sel, this.view.align);
     }
-    this.apply();
   }
 
   private setSpan(span: S.Span, typed: boolean): void {
@@ -242,6 +284,7 @@ export class ResourceTab implements ComparisonHost {
       this.metric(this.view.metric ?? "")?.markers ?? false);
     this.main.chart.showSpan(span);
     this.cmp.showSpan(span);
+    this.findings.viewChanged(this.view.trial, this.view.metric);
     this.renderHead();
     this.writeUrl();
     void this.load();
@@ -307,7 +350,9 @@ export class ResourceTab implements ComparisonHost {
   private async tick(): Promise<void> {
     if (this.dead || document.hidden) return;
     this.ticks += 1;
-    if (this.ticks % 5 === 0 && this.ctx.run.trials.some((t) => t.state === "running")) {
+    const running = this.ctx.run.trials.some((t) => t.state === "running");
+    if (running && this.ticks % FINDINGS_EVERY === 0) void this.findings.load();
+    if (this.ticks % 5 === 0 && running) {
       await this.refreshRun();
     }
     if (!this.live || this.main.loading) return;
@@ -330,7 +375,11 @@ export class ResourceTab implements ComparisonHost {
     try {
       const run = await this.ctx.reloadRun();
       if (this.dead) return;
+      const states = (r: RunDetail) => r.trials.map((t) => `${t.id}:${t.state}`).join(",");
+      const changed = states(run) !== states(this.ctx.run);
       this.ctx.run = run;
+      // a trial that ended (or a new one) has final findings now: list them at once
+      if (changed) void this.findings.load();
       this.bar.setTrials(run.trials, this.view.trial);
       this.cmp.refreshStates(this.view.sel, this.view.align);
       this.renderHead();

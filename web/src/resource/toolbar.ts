@@ -125,7 +125,9 @@ export class Toolbar {
   update(span: S.Span, extent: number, whole: boolean, live: boolean, markers: boolean): void {
     const all = whole || S.isWhole(span, extent);
     enable(this.back, span.from > 0);
-    enable(this.fwd, !whole && span.to < extent - 1e-6);
+    // spans are rounded to milliseconds (as the URL carries them), so a paged window can end
+    // a hair before the extent: nothing worth a page is left within 0.1% of its width
+    enable(this.fwd, !whole && span.to < extent - Math.max(1e-3, 1e-3 * S.width(span)));
     enable(this.zin, S.width(span) > S.MIN_WIDTH + 1e-6);
     enable(this.zout, !all);
     enable(this.reset, !all);

@@ -26,7 +26,14 @@ HEAVY = [
 
 @pytest.mark.parametrize(
     "module",
-    ["tunescope", "tunescope.record", "tunescope.store", "tunescope.metrics", "tunescope.collect"],
+    [
+        "tunescope",
+        "tunescope.record",
+        "tunescope.store",
+        "tunescope.metrics",
+        "tunescope.collect",
+        "tunescope.integrations",
+    ],
 )
 def test_import_pulls_in_no_heavy_library(module: str) -> None:
     code = f"import sys, {module}\nprint(','.join(m for m in {HEAVY!r} if m in sys.modules))"

@@ -65,6 +65,16 @@ def test_trial_states_and_lost(store: Store) -> None:
         store.update_trial(12345, state="failed")
 
 
+def test_trial_params_can_be_replaced(store: Store) -> None:
+    r = store.ensure_run("p", start=T0)
+    t = store.create_trial(r.id, "a", {"lr": 0.1})
+    assert store.update_trial(t.id, params={"lr": 0.2, "rank": 8})
+    assert store.get_trial(t.id).params == {"lr": 0.2, "rank": 8}
+    with pytest.raises(StoreError, match="JSON"):
+        store.update_trial(t.id, params={"lr": math.nan})
+    assert store.get_trial(t.id).params == {"lr": 0.2, "rank": 8}
+
+
 def test_samples_round_trip_as_float32_with_ms_times(store: Store) -> None:
     tid = _trial(store)
     s = store.series(tid, "cpu.util")

@@ -291,12 +291,15 @@ def demo(
         bool,
         typer.Option("--serve/--no-serve", help="Serve the page on the demo's run when it ends."),
     ] = True,
-    seconds: Annotated[float, typer.Option("--seconds", help="Training time per trial.")] = 35.0,
+    seconds: Annotated[
+        float, typer.Option("--seconds", help="Training time per trial, in seconds.")
+    ] = 35.0,
     port: Annotated[int, typer.Option("--port", help="Port for the page.")] = 8765,
 ) -> None:
-    """Train a real PyTorch sweep of 3 trials on the CPU under tunescope and show it.
+    """LoRA-fine-tune MiniLM in a 3-trial Optuna sweep on the CPU, recorded, and show it.
 
-    One trial is input-bound by design. Prints the per-trial table, then serves the page."""
+    Hugging Face Trainer + PEFT, offline. One trial is input-bound by design, one is pruned.
+    Prints the per-trial table, then serves the page."""
     from tunescope.cli._demo import run_demo
 
     url, run_name = run_demo(store, seconds_per_trial=seconds)

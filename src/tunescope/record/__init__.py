@@ -20,16 +20,32 @@ Recorded per trial (events: ``kind``, ``t`` epoch s, ``name``, ``step``, ``durat
 
 * ``optimizer_step``: every ``torch.optim`` step, name = optimizer class, step = 1, 2, … per
   optimizer; data None for the first optimizer to step, ``{"optimizer": k}`` for the k-th
-  other one. Needs torch imported before the trial (or before a later SDK call).
+  other one. Needs torch imported before the trial (or before a later SDK call). A step a
+  ``GradScaler`` skips calls no ``optimizer.step()`` and is not recorded.
 * ``evaluation``: ``trial.evaluation(name)``, t = start, duration.
 * ``data_wait``: ``trial.watch(iterable)``, per batch: duration = wait in ``next()``,
   step = batch index (from 0 in each pass), value = step time (this request to the next).
-* ``checkpoint``: ``trial.checkpoint(path, name)``, data ``{"path", "bytes"}``.
+* ``checkpoint``: ``trial.checkpoint(path, name, step=…)``, data ``{"path", "bytes"}``;
+  name ``"adapter"`` for an adapter save (the Adapters tab).
 * ``mark``: ``trial.mark(name)``.
 * scalars: ``trial.log(step, **values)``.
 * derived samples per flush period: ``train.step_time``, ``train.data_wait``,
   ``train.throughput`` and, when CUDA is initialised, ``torch.mem.allocated``,
   ``torch.mem.reserved``, ``torch.alloc_retries`` per GPU.
+
+For integrations (``tunescope.integrations``: the HF Trainer, Lightning, Optuna), which know
+the framework's own step numbers and outcomes:
+
+* ``trial.auto_optimizer_steps = False`` stops the torch hook from recording this trial's
+  steps, so none is counted twice; set it back when training ends.
+  ``trial.optimizer_step(step, name)`` records one real step at the framework's own number
+  (the Trainer's ``global_step``: one per gradient-accumulation window, continuing after a
+  resume, none for a step the scaler skipped); it counts in ``train.throughput``.
+* ``trial.record_evaluation(name, start, duration, step)``: an evaluation reported once over.
+* ``trial.update_params(params)``: params known only once training runs (Optuna's).
+* ``trial.end_as(state, error)``: how the trial ends (``completed``, ``pruned``, ``failed``)
+  whatever ends its block. Without it an owner trial ends ``pruned`` when the block raises
+  Optuna's ``TrialPruned``, ``failed`` on any other exception, else ``completed``.
 
 Nothing here raises into training once a trial has started (see ``_safety``); importing this
 package does not import torch. The sampler launcher (:func:`start_sampler`) is shared with

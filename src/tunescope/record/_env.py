@@ -10,6 +10,7 @@ process-wide: with trials open in several threads at once it names the latest on
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from tunescope.record._safety import once
@@ -20,6 +21,7 @@ __all__ = [
     "ENV_STORE",
     "ENV_TRIAL_ID",
     "attach_ids",
+    "process_rank",
     "restore_env",
     "set_env",
 ]
@@ -86,3 +88,26 @@ def restore_env(saved: dict[str, str | None], trial_id: int) -> None:
                 os.environ[k] = v
         if str(trial_id) in _own:
             _own.remove(str(trial_id))
+
+
+def process_rank() -> int | None:
+    """This process's global rank in a ``torch.distributed`` job: torch's own when the process
+    group is initialised (looked up, never imported), else ``$RANK`` (torchrun sets it), else
+    from ``$LOCAL_RANK`` and ``$NODE_RANK`` (Lightning's DDP launcher sets only those: exact on
+    the first node, a positive number on the others); None outside such a job."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    env = os.environ
+    try:
+        if "RANK" in env:
+            return int(env["RANK"])
+        if "LOCAL_RANK" in env:
+            local, node = int(env["LOCAL_RANK"]), int(env.get("NODE_RANK") or 0)
+            return local if node == 0 else node * int(env.get("LOCAL_WORLD_SIZE") or 1) + local
+    except ValueError:
+        pass
+    return None

@@ -1,7 +1,8 @@
 """The flusher: a daemon thread per trial that writes the buffer to the store in batches.
 
 Every flush period (0.5–1 s) it drains the trial's :class:`~tunescope.record._state.Recorder`,
-numbers the optimizer steps (per optimizer, from 1), derives the trial-level samples of the
+numbers the hooked optimizer steps (per optimizer, from 1; steps an integration records with
+``Trial.optimizer_step`` come numbered), derives the trial-level samples of the
 period (``train.step_time``, ``train.data_wait``, ``train.throughput``, and, where
 ``torch.cuda`` is initialised, ``torch.mem.allocated`` / ``torch.mem.reserved`` /
 ``torch.alloc_retries`` per device), writes everything on its own store connection, and
@@ -241,9 +242,12 @@ class Flusher:
         waits = 0.0
         step_sum = 0.0
         n_steps = 0
+        n_optim = len(steps)  # hooked steps, and the ones an integration records below
         for kind, t, name, step, duration, value, data in events:
             self._events.append(Event(tid, kind, t, name, step, duration, value, data))
-            if kind == "data_wait" and value is not None and duration is not None:
+            if kind == "optimizer_step":
+                n_optim += 1
+            elif kind == "data_wait" and value is not None and duration is not None:
                 waits += duration
                 step_sum += value
                 n_steps += 1
@@ -251,10 +255,10 @@ class Flusher:
         # derived samples of the period since the last flush
         period = now - self._last
         self._last = now
-        if steps:
+        if n_optim:
             self._stepped = True
         if self._stepped and period >= self.period / 4:  # no rate over a sliver of time
-            self._sample("train.throughput", None, now, len(steps) / period)
+            self._sample("train.throughput", None, now, n_optim / period)
         if n_steps:
             self._sample("train.step_time", None, now, step_sum / n_steps)
             if step_sum > 0:

@@ -10,7 +10,11 @@ The optimizer hook is torch's global ``register_optimizer_step_post_hook``, inst
 process and never removed, and only when ``torch.optim.optimizer`` is already imported: this
 module never imports torch. :func:`ensure_hook` is called at trial start and from the cheap
 SDK calls (watch, log, evaluation…), so a script that imports torch after entering a trial is
-hooked at its next SDK call; optimizer steps taken before that are not recorded.
+hooked at its next SDK call; optimizer steps taken before that are not recorded. A step that a
+gradient scaler skips (``GradScaler.step`` with inf/NaN gradients) never calls
+``optimizer.step()``, so the hook does not record it. A trial whose ``auto_steps`` is off is
+left alone by the hook: an integration that knows the framework's own step numbers (the
+Trainer's ``global_step``) records them explicitly.
 """
 
 from __future__ import annotations
@@ -47,10 +51,13 @@ EventRow = tuple[
 class Recorder:
     """The buffers of one trial in this process. ``trial_id`` is the store's id."""
 
-    __slots__ = ("closed", "events", "scalars", "steps", "trial_id")
+    __slots__ = ("auto_steps", "closed", "events", "scalars", "steps", "trial_id")
 
     def __init__(self, trial_id: int) -> None:
         self.trial_id = trial_id
+        self.auto_steps = True
+        """Whether the torch hook records this trial's optimizer steps (an integration that
+        knows the real step numbers turns it off and records them as events itself)."""
         self.steps: deque[tuple[float, object]] = deque(maxlen=MAX_BUFFER)
         """(t, optimizer) per optimizer step; numbered by the flusher."""
         self.events: deque[EventRow] = deque(maxlen=MAX_BUFFER)
@@ -74,7 +81,7 @@ def on_optimizer_step(optimizer: object, args: object, kwargs: object) -> None:
     """torch's global post-step hook: one timestamped tuple into the current trial's buffer."""
     try:
         rec = _local.rec or _top
-        if rec is not None:
+        if rec is not None and rec.auto_steps:
             rec.steps.append((_time(), optimizer))
     except Exception:  # the hook never raises into training
         pass

@@ -9,7 +9,15 @@ after a normal end (or ``SystemExit`` with code 0 / None), ``failed`` with
 propagates unchanged. When the store cannot be used the block still runs, recording nothing.
 
 An *attached* trial (``attach_to``: this process was started inside another process's trial)
-records into that trial, starts no sampler and changes no state on exit.
+records into that trial, starts no sampler and changes no state on exit. An attached trial in
+a ``torch.distributed`` rank other than 0 (see ``_env.process_rank``) is a *replica*: the
+optimizer steps, evaluations, checkpoints, marks, data waits and scalars of a data-parallel
+training are the same on every rank, so only rank 0 records them; a replica records only what
+is its own (the torch allocator series of its GPU), and its processes are the sampler's.
+
+How an owner trial ends, in order: the state given to :meth:`Trial.end_as` if any; ``pruned``
+when the block ends with Optuna's ``TrialPruned`` (recognised without importing optuna);
+``failed`` for any other exception (``SystemExit`` 0 / None excepted); else ``completed``.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -26,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunescope.errors import Conflict
 from tunescope.record import _state
-from tunescope.record._env import restore_env, set_env
+from tunescope.record._env import process_rank, restore_env, set_env
 from tunescope.record._flush import Flusher, flush_period
 from tunescope.record._launch import SamplerHandle, start_sampler
 from tunescope.record._safety import LOG, Once, guarded, once
@@ -62,6 +71,12 @@ def _error_text(exc: BaseException) -> str:
     msg = str(exc)
     text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
     return text if len(text) <= 4000 else text[:3997] + "..."
+
+
+def _is_pruned(exc: BaseException) -> bool:
+    """Whether ``exc`` is Optuna's ``TrialPruned`` (looked up, never imported)."""
+    pruned = getattr(sys.modules.get("optuna.exceptions"), "TrialPruned", None)
+    return isinstance(pruned, type) and isinstance(exc, pruned)
 
 
 def _tree_bytes(path: Path) -> int | None:
@@ -108,6 +123,8 @@ class Trial:
         self._sampler: SamplerHandle | None = None
         self._env_saved: dict[str, str | None] | None = None
         self._entered = False
+        self._replica = False
+        self._end_as: tuple[str, str | None] | None = None
         self._once = Once()
 
     # ------------------------------------------------------------------ identity
@@ -132,6 +149,12 @@ class Trial:
     def attached(self) -> bool:
         """True when this process joined a trial another process owns."""
         return self._attach_to is not None
+
+    @property
+    def replica(self) -> bool:
+        """True in a rank other than 0 of a ``torch.distributed`` job attached to the trial:
+        it records no events nor scalars (rank 0 records those; see the module doc)."""
+        return self._replica
 
     @property
     def recording(self) -> bool:
@@ -200,6 +223,9 @@ class Trial:
             self._params = dict(info.params)
         self._id, self._name = info.id, info.name
         rec = _state.Recorder(info.id)
+        if self._attach_to is not None and (process_rank() or 0) > 0:
+            self._replica = True
+            rec.auto_steps = False
         rec_trial[id(rec)] = self
         self._flusher = Flusher(rec, run.url, period=flush_period(run.interval))
         self._flusher.start()
@@ -280,7 +306,11 @@ class Trial:
         if self._attach_to is not None or self._id is None:
             return
         state, error = "completed", None
-        if exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+        if self._end_as is not None:
+            state, error = self._end_as
+        elif exc is not None and _is_pruned(exc):
+            state = "pruned"
+        elif exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             state, error = "failed", _error_text(exc)
         store = self._run._store
         if store is not None:
@@ -292,7 +322,7 @@ class Trial:
     # ------------------------------------------------------------------ recording
     def _events(self) -> Any:
         rec = self._rec
-        if rec is None or rec.closed:
+        if rec is None or rec.closed or self._replica:
             return None
         _state.ensure_hook()
         return rec.events
@@ -327,17 +357,19 @@ class Trial:
             self._interval("evaluation", name, t0, time.perf_counter() - p0)
 
     @guarded()
-    def _interval(self, kind: str, name: str, t0: float, duration: float) -> None:
+    def _interval(
+        self, kind: str, name: str, t0: float, duration: float, step: int | None = None
+    ) -> None:
         events = self._events()
         if events is not None:
-            events.append((kind, t0, name, None, duration, None, None))
+            events.append((kind, t0, name, step, duration, None, None))
 
     @guarded()
     def log(self, step: int | None = None, **values: Any) -> None:
         """Record scalars (``loss=…``, ``**{"eval/accuracy": …}``). Values that are not
         finite numbers are skipped with one warning per name."""
         rec = self._rec
-        if rec is None or rec.closed:
+        if rec is None or rec.closed or self._replica:
             return
         _state.ensure_hook()
         t = time.time()
@@ -362,16 +394,82 @@ class Trial:
             rec.scalars.append((key, st, t, f))
 
     @guarded()
-    def checkpoint(self, path: str | os.PathLike[str], name: str | None = None) -> None:
-        """Record a ``checkpoint`` event for a file or directory just written: data
-        ``{"path": absolute path, "bytes": size or total of the tree (None if missing)}``."""
+    def checkpoint(
+        self, path: str | os.PathLike[str], name: str | None = None, *, step: int | None = None
+    ) -> None:
+        """Record a ``checkpoint`` event for a file or directory just written (``name``
+        ``"adapter"`` for an adapter save): data ``{"path": absolute path, "bytes": size or
+        total of the tree (None if missing)}``, ``step`` the optimizer step it was saved at."""
         events = self._events()
         if events is None:
             return
         t = time.time()
         p = Path(path).absolute()
         data = {"path": str(p), "bytes": _tree_bytes(p)}
-        events.append(("checkpoint", t, name or "checkpoint", None, None, None, data))
+        st = None if step is None else int(step)
+        events.append(("checkpoint", t, name or "checkpoint", st, None, None, data))
+
+    # ------------------------------------------------------------------ for integrations
+    @property
+    def auto_optimizer_steps(self) -> bool:
+        """Whether torch's global optimizer hook records this trial's optimizer steps (True
+        by default). An integration that knows the framework's own step numbers (the HF
+        Trainer's ``global_step``, Lightning's ``global_step``) sets it False for the
+        duration of training and calls :meth:`optimizer_step` once per real step."""
+        rec = self._rec
+        return True if rec is None else rec.auto_steps
+
+    @auto_optimizer_steps.setter
+    def auto_optimizer_steps(self, value: bool) -> None:
+        rec = self._rec
+        if rec is not None and not self._replica:  # a replica records no steps
+            rec.auto_steps = bool(value)
+
+    @guarded()
+    def optimizer_step(self, step: int, name: str | None = None) -> None:
+        """Record one optimizer step, now, numbered ``step`` (e.g. the Trainer's global step
+        after the update). It counts in ``train.throughput`` like a hooked step."""
+        events = self._events()
+        if events is not None:
+            events.append(("optimizer_step", time.time(), name, int(step), None, None, None))
+
+    @guarded()
+    def record_evaluation(
+        self, name: str, start: float, duration: float, step: int | None = None
+    ) -> None:
+        """Record an ``evaluation`` interval that already happened (``start`` epoch s,
+        ``duration`` s), at optimizer step ``step``: for a framework that reports an
+        evaluation once it is over (the Trainer's ``on_evaluate`` with ``eval_runtime``)."""
+        self._interval(
+            "evaluation",
+            str(name),
+            float(start),
+            float(duration),
+            None if step is None else int(step),
+        )
+
+    @guarded()
+    def update_params(self, params: dict[str, Any]) -> None:
+        """Merge ``params`` into the trial's params, in the store too (for params known only
+        once training runs: Optuna suggests them inside the objective)."""
+        if self._id is None:
+            return
+        merged = {**self._params, **params}
+        store = self._run._store
+        if store is not None:
+            store.update_trial(self._id, params=_jsonable(merged))
+        else:
+            with open_store(self._run.url) as own:  # the run was closed before its trial
+                own.update_trial(self._id, params=_jsonable(merged))
+        self._params = merged
+
+    @guarded()
+    def end_as(self, state: str, error: str | None = None) -> None:
+        """Set how this (owner) trial ends, whatever ends its block: ``"completed"``,
+        ``"pruned"`` (stopped early by a pruner) or ``"failed"`` with ``error``."""
+        if state not in ("completed", "pruned", "failed"):
+            raise ValueError(f"a trial ends completed, pruned or failed, not {state!r}")
+        self._end_as = (state, None if error is None else str(error)[:4000])
 
     @guarded()
     def mark(self, name: str) -> None:

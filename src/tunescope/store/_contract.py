@@ -124,10 +124,12 @@ class Store(abc.ABC):
         heartbeat: float | None = None,
         only_if_running: bool = False,
         exit_code: int | None = None,
+        params: dict[str, Any] | None = None,
     ) -> bool:
-        """Change the given fields (None leaves a field as it is). With ``only_if_running``
-        nothing changes unless the stored state is still ``running``. True if a row changed;
-        NotFound for an unknown trial (unless ``only_if_running``)."""
+        """Change the given fields (None leaves a field as it is; ``params`` replaces the
+        trial's params, JSON values only). With ``only_if_running`` nothing changes unless the
+        stored state is still ``running``. True if a row changed; NotFound for an unknown
+        trial (unless ``only_if_running``)."""
 
     @abc.abstractmethod
     def exit_code(self, trial_id: int) -> int | None:

@@ -320,9 +320,16 @@ class SQLStore(Store, abc.ABC):
         heartbeat: float | None = None,
         only_if_running: bool = False,
         exit_code: int | None = None,
+        params: dict[str, Any] | None = None,
     ) -> bool:
         sets: list[str] = []
         args: list[Any] = []
+        if params is not None:
+            try:
+                args.append(json.dumps(params, sort_keys=True, allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"trial params must be JSON values: {exc}") from None
+            sets.append("params = ?")
         for col, val in (
             ("state", state),
             ("t_end", end),

@@ -67,7 +67,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     from tunescope.cli._demo import run_demo
 
     tmp = tmp_path_factory.mktemp("demo")
-    url, name = run_demo(str(tmp / "demo.db"), seconds_per_trial=6.0, eval_every_s=3.0)
+    # long enough for the slow-loader trial to reach the input-bound rule's 20 batches even
+    # on a loaded machine (it makes about 4 a second when quiet)
+    url, name = run_demo(str(tmp / "demo.db"), seconds_per_trial=12.0, eval_every_s=4.0)
     with open_store(url) as st:
         run = st.get_run(name)
         trials = st.list_trials(run.id)

@@ -107,10 +107,17 @@ class Overhead:
     wall_without: list[float] = field(default_factory=list)
     cpu_with: list[float] = field(default_factory=list)
     cpu_without: list[float] = field(default_factory=list)
+    thread_with: list[float] = field(default_factory=list)
+    thread_without: list[float] = field(default_factory=list)
     step_s: float = 0.0
 
     def ratios(self) -> list[float]:
         return [w / o for w, o in zip(self.wall_with, self.wall_without, strict=True)]
+
+    def thread_ratio(self) -> float:
+        return statistics.median(
+            w / o for w, o in zip(self.thread_with, self.thread_without, strict=True)
+        )
 
     def cpu_ratio(self) -> float:
         return statistics.median(
@@ -135,18 +142,20 @@ def bench_overhead(store: str, seconds: float, pairs: int = 30) -> Overhead:
     with ts.run("bench-overhead", store=store, interval=1.0) as run:
 
         def plain() -> None:
-            c0, t0 = _cpu(), time.perf_counter()
+            c0, t0, h0 = _cpu(), time.perf_counter(), time.thread_time()
             _loop(model, opt, data, None)
             out.wall_without.append(time.perf_counter() - t0)
+            out.thread_without.append(time.thread_time() - h0)
             out.cpu_without.append(_cpu() - c0)
 
         def recorded() -> None:
             with run.trial() as trial:
                 sampler = trial._sampler.pid if trial._sampler is not None else None
                 s0 = _cpu(sampler) if sampler else 0.0
-                c0, t0 = _cpu(), time.perf_counter()
+                c0, t0, h0 = _cpu(), time.perf_counter(), time.thread_time()
                 _loop(model, opt, trial.watch(data), lambda i, loss: trial.log(step=i, loss=loss))
                 out.wall_with.append(time.perf_counter() - t0)
+                out.thread_with.append(time.thread_time() - h0)
                 c1 = _cpu()
                 s1 = _cpu(sampler) if sampler else 0.0
                 out.cpu_with.append(c1 - c0 + s1 - s0)
@@ -194,6 +203,10 @@ def main() -> int:
             f"train.overhead_pairs {' '.join(f'{r:.3f}' for r in ratios)} "
             f"(sum ratio {sum(o.wall_with) / sum(o.wall_without):.3f}; step "
             f"{o.step_s * 1e3:.1f} ms; torch threads 1; sampler 1 Hz)"
+        )
+        print(
+            f"train.thread_cpu_ratio {o.thread_ratio():.3f} (CPU time of the training thread "
+            "itself, with/without: what the hooks, watch and log add to the loop; no target)"
         )
         print(
             f"train.cpu_ratio {o.cpu_ratio():.3f} (CPU time of the training process, plus the "

@@ -502,3 +502,27 @@ def test_every_rule_is_registered_once() -> None:
 def test_bad_settings_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         FindingSettings(**bad)
+
+
+def test_data_wait_share_matches_the_input_bound_finding(sqlite_url: str) -> None:
+    """The share `tunescope trials` prints is the one the input-bound finding reports:
+    waits over step time, with an evaluation between batches taken out of step time."""
+    from tunescope.analyze import data_wait_share
+    from tunescope.store import Event, open_store
+
+    with open_store(sqlite_url) as st:
+        t0 = 1_700_000_000.0
+        trial = st.create_trial(st.ensure_run("share", start=t0).id, start=t0)
+        waits = [
+            Event(trial.id, "data_wait", t0 + i, step=i, duration=0.25, value=1.0)
+            for i in range(40)
+        ]
+        # a 0.5 s evaluation inside the last batch's step time is not step time
+        st.add_events([*waits, Event(trial.id, "evaluation", t0 + 39.4, duration=0.5)])
+        st.update_trial(trial.id, state="completed", end=t0 + 41)
+        info = st.get_trial(trial.id)
+        share = data_wait_share(st, info)
+        assert share is not None
+        assert share == pytest.approx(100 * 40 * 0.25 / (40 * 1.0 - 0.5))
+        (f,) = [f for f in findings_for_trial(st, info) if f.rule == "input_bound"]
+        assert f.evidence["share_pct"] == pytest.approx(share)

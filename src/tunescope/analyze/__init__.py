@@ -26,6 +26,7 @@ from tunescope.analyze._rightsize import (
     gpu_catalog,
     match_gpu,
 )
+from tunescope.analyze._rules import data_wait_share
 from tunescope.analyze._settings import FindingSettings, SettingInfo, setting_info
 from tunescope.analyze._summary import (
     MetricSummary,
@@ -51,6 +52,7 @@ __all__ = [
     "TrialReport",
     "TrialSummary",
     "build_report",
+    "data_wait_share",
     "describe_catalog",
     "findings_for_run",
     "findings_for_trial",

@@ -15,6 +15,7 @@ from tunescope.analyze._data import F64, TrialData
 from tunescope.analyze._finding import Finding, Severity
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import MIB, dur, pct, size
+from tunescope.store import Store, TrialInfo
 
 __all__ = ["cpu_bound", "eval_memory_spike", "input_bound", "memory_growth", "near_oom_cpu"]
 
@@ -483,3 +484,14 @@ def eval_memory_spike(
             advice=ADVICE_EVAL,
         )
     ]
+
+
+def data_wait_share(store: Store, trial: TrialInfo) -> float | None:
+    """Percent of step time a trial spent waiting for data, computed as the input-bound
+    finding computes it (evaluations between batches excluded); None without data."""
+    d = TrialData(store, trial)
+    ev = _share_from_events(d)
+    if ev is not None:
+        return 100.0 * float(ev["wait_s"]) / float(ev["step_s"])
+    tr = d.trace("train.data_wait")
+    return None if tr is None or tr.samples == 0 else float(tr.mean())

@@ -13,11 +13,11 @@ from urllib.parse import quote
 
 import typer
 
-from tunescope.analyze import summarize_trial
+from tunescope.analyze import data_wait_share, summarize_trial
 from tunescope.cli import _format as fmt
 from tunescope.cli._report import report
 from tunescope.errors import ConfigError, NotFound
-from tunescope.metrics import CATALOG, headline, metric
+from tunescope.metrics import CATALOG, metric
 from tunescope.store import Store, TrialInfo, open_store
 
 app = typer.Typer(
@@ -118,7 +118,7 @@ def trials_table(st: Store, run_ref: str) -> str:
     r = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref)
     rows = []
     for t in st.list_trials(r.id):
-        s = summarize_trial(st, t, (*(m.key for m in headline()), "train.data_wait"))
+        s = summarize_trial(st, t)
 
         def pm(key: str, s: Any = s) -> str:
             m = s.metrics.get(key)
@@ -139,9 +139,7 @@ def trials_table(st: Store, run_ref: str) -> str:
                 str(s.optimizer_steps),
                 str(s.evaluations),
                 str(s.checkpoints),
-                fmt.value("train.data_wait", wait.mean)
-                if (wait := s.metrics.get("train.data_wait"))
-                else "-",
+                fmt.value("train.data_wait", data_wait_share(st, t)),
                 params or "-",
             ]
         )

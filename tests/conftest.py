@@ -64,3 +64,13 @@ def procs() -> Iterator[list[Proc]]:
     yield started
     for p in started:
         p.kill()
+
+
+@pytest.fixture
+def db(sqlite_url: str) -> Iterator[Store]:
+    """An open store on a fresh SQLite file, closed after the test."""
+    s = open_store(sqlite_url)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -17,18 +17,9 @@ import pytest
 
 from tunescope.analyze import Finding, findings_for_trial
 from tunescope.collect import ReplayBackend, Sampler, load_replay
-from tunescope.store import Event, Store, TrialInfo, open_store
+from tunescope.store import Event, Store, TrialInfo
 
 GIB = 1024.0**3
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture

@@ -26,21 +26,12 @@ from torch.utils.data import DataLoader, Dataset
 
 import tunescope.record as ts
 from tunescope.analyze import Finding, findings_for_trial
-from tunescope.store import Store, TrialInfo, open_store
+from tunescope.store import Store, TrialInfo
 
 pytestmark = pytest.mark.slow
 
 MIB = 1024.0**2
 INTERVAL = 0.25
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture

@@ -11,13 +11,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import tunescope.record as ts
-from tunescope.store import Store, TrialInfo, open_store
+from tunescope.store import Store, TrialInfo
 
 STEPS = 10
 
@@ -100,15 +99,6 @@ def clean_env() -> dict[str, str]:
 def run(cmd: list[str]) -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,9 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 import tunescope.record as ts
+from store_helpers import events_of as _events
 from tunescope.integrations.hf import TunescopeCallback, _Patched
-from tunescope.store import Event, Store, TrialInfo, open_store
+from tunescope.store import Store, TrialInfo, open_store
 
 pytestmark = [
     pytest.mark.slow,
@@ -109,12 +109,6 @@ def _trainer(
     )
     trainer.remove_callback(PrinterCallback)
     return trainer
-
-
-def _events(store: Store, trial_id: int, kind: str) -> list[Event]:
-    got = store.events(trial_id, 0.0, time.time() + 60, kinds=[kind], limit=100_000).events
-    assert got is not None
-    return got
 
 
 def _only_trial(store: Store, run: str) -> TrialInfo:

@@ -29,7 +29,7 @@ from torch import nn
 import tunescope.record as ts
 from tunescope.integrations.lightning import TunescopeCallback
 from tunescope.record import _run
-from tunescope.store import Event, Store, open_store
+from tunescope.store import Event, Store
 
 # Lightning 2.6's own pytree helper calls torch 2.13's deprecated LeafSpec(): not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
@@ -104,15 +104,6 @@ def events(store: Store, trial_id: int, kind: str) -> list[Event]:
     got = store.events(trial_id, 0.0, time.time() + 60, kinds=[kind], limit=100_000).events
     assert got is not None
     return got
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def only_trial(store: Store, run: str) -> int:

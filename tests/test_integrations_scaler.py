@@ -17,22 +17,13 @@ import torch
 from torch import nn
 
 import tunescope.record as ts
-from tunescope.store import Event, Store, open_store
+from tunescope.store import Event, Store
 
 # Lightning 2.6's own pytree helper calls torch 2.13's deprecated LeafSpec(): not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 
 SKIPPED = 3
 """The update (counted from 1) whose gradients are made infinite."""
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def steps(store: Store, trial_id: int) -> list[Event]:

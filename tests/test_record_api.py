@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,6 @@ from tunescope.record import _flush, _state
 from tunescope.store import Store, open_store
 
 LOGGER = "tunescope.record"
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _warnings(caplog: pytest.LogCaptureFixture, needle: str) -> list[str]:

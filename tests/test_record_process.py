@@ -10,24 +10,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import tunescope.record as ts
-from tunescope.store import Store, open_store
+from tunescope.store import Store
 
 LOGGER = "tunescope.record"
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _python(

@@ -5,29 +5,14 @@ a step the gradient scaler skips is no step."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
 from torch import nn
 
 import tunescope.record as ts
-from tunescope.store import Event, Store, open_store
-
-
-def _events(store: Store, trial_id: int, kind: str) -> list[Event]:
-    got = store.events(trial_id, 0.0, time.time() + 60, kinds=[kind], limit=100_000).events
-    assert got is not None
-    return got
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
+from store_helpers import events_of as _events
+from tunescope.store import Store
 
 
 def _step(model: nn.Module, opt: torch.optim.Optimizer) -> None:

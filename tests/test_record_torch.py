@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 import tunescope.record as ts
+from store_helpers import events_of as _events
 from tunescope.record import _state
-from tunescope.store import Event, Store, open_store
+from tunescope.store import Store
 
 torch.manual_seed(0)
 
@@ -25,21 +26,6 @@ def _batches(n: int, size: int = 16) -> Iterator[tuple[torch.Tensor, torch.Tenso
     for _ in range(n):
         x = torch.randn(size, 8)
         yield x, x.sum(dim=1, keepdim=True)
-
-
-def _events(store: Store, trial_id: int, kind: str) -> list[Event]:
-    got = store.events(trial_id, 0.0, time.time() + 60, kinds=[kind], limit=100_000).events
-    assert got is not None
-    return got
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def test_every_optimizer_step_and_evaluation_is_recorded(sqlite_url: str, db: Store) -> None:

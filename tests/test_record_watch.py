@@ -15,7 +15,7 @@ import pytest
 
 import tunescope.record as ts
 from tunescope.record import _flush
-from tunescope.store import Event, Store, open_store
+from tunescope.store import Event, Store
 
 WAIT = 0.04
 COMPUTE = 0.02
@@ -36,15 +36,6 @@ class SlowLoader:
         for i in range(self.n):
             time.sleep(WAIT)
             yield i
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Store]:
-    s = open_store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _waits(db: Store, trial_id: int | None) -> list[Event]:

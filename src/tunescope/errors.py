@@ -5,7 +5,10 @@ Hierarchy::
     TunescopeError            anything tunescope raises on purpose
     ├── ConfigError           bad input from the user: a malformed --param, an unknown store URL
     ├── StoreError            the store cannot do what was asked
+    │   ├── StoreUnavailable  the store cannot be reached now (a lost connection, a lock held
+    │   │                     elsewhere, a stopped server); the same call may succeed later
     │   ├── SchemaError       the database is corrupt, not ours, or from a newer tunescope
+    │   │   └── CorruptData   stored samples that cannot be decoded (one chunk, one series)
     │   ├── NotFound          an id or name that does not exist
     │   └── Conflict          a name that already exists where names are unique
     └── CollectError          a probe cannot start at all (never raised into training code)
@@ -21,9 +24,11 @@ __all__ = [
     "CollectError",
     "ConfigError",
     "Conflict",
+    "CorruptData",
     "NotFound",
     "SchemaError",
     "StoreError",
+    "StoreUnavailable",
     "TunescopeError",
 ]
 
@@ -40,8 +45,19 @@ class StoreError(TunescopeError):
     """The store cannot do what was asked."""
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now: a lost or refused connection, a lock another process
+    holds past the busy timeout, a server that does not answer. Nothing of the call was kept;
+    the same call may succeed later, so writers keep what they hold and retry."""
+
+
 class SchemaError(StoreError):
     """The database is corrupt, not a tunescope database, or from a newer tunescope."""
+
+
+class CorruptData(SchemaError):
+    """Stored samples that cannot be decoded. Reads skip the damaged chunk and flag the series
+    rather than fail."""
 
 
 class NotFound(StoreError):

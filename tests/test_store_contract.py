@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from tunescope.errors import Conflict, NotFound, StoreError
-from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
+from tunescope.store import CHUNK_SAMPLES, Event, PooledStore, Scalar, Store, open_store
 
 T0 = 1_700_000_000.0
+
+
+@pytest.fixture(params=["direct", "pooled"])
+def store(store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """Each backend, as one store and as the server's pool of them: one suite for all."""
+    s: Store = (
+        open_store(store_url)
+        if request.param == "direct"
+        else PooledStore(lambda: open_store(store_url), size=3)
+    )
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 def _trial(store: Store, run: str = "r") -> int:
@@ -90,18 +106,47 @@ def test_samples_round_trip_as_float32_with_ms_times(store: Store) -> None:
     assert store.series_extent(s.id) == (pytest.approx(got_t[0]), pytest.approx(got_t[-1]), 1000)
 
 
-def test_samples_are_append_only_and_finite(store: Store) -> None:
+def test_older_samples_merge_in_order_and_values_must_be_finite(store: Store) -> None:
     tid = _trial(store)
     s = store.series(tid, "cpu.mem")
     store.append_samples([(s.id, T0 + 10, 1.0)])
-    with pytest.raises(StoreError, match="older than the last stored"):
-        store.append_samples([(s.id, T0 + 5, 1.0)])
+    store.append_samples([(s.id, T0 + 5, 0.5)])  # older: merged in, not refused
+    assert store.read_samples(s.id)[0].tolist() == [T0 + 5, T0 + 10]
+    store.append_samples([(s.id, T0 + 5, 2.0), (s.id, T0 + 7, 3.0)])  # another late batch
+    t, v = store.read_samples(s.id)
+    assert t.tolist() == [T0 + 5, T0 + 5, T0 + 7, T0 + 10] and v.tolist() == [0.5, 2.0, 3.0, 1.0]
+    store.update_trial(tid, state="completed")
+    store.append_samples([(s.id, T0 + 11, 1.0)])
     with pytest.raises(StoreError, match="finite"):
         store.append_samples([(s.id, T0 + 20, math.nan)])
     # nothing of a failed batch is kept
     with pytest.raises(StoreError):
         store.append_samples([(s.id, T0 + 30, 1.0), (s.id, T0 + 31, math.inf)])
-    assert len(store.read_samples(s.id)[0]) == 1
+    assert len(store.read_samples(s.id)[0]) == 5
+
+
+def test_late_samples_rewrite_the_chunks_they_fall_into(store: Store) -> None:
+    """A late batch that falls among packed chunks (a replay from the spool after a restarted
+    sampler wrote newer samples) is merged: every sample once, in order, chunks never
+    overlapping, and windows exact."""
+    tid = _trial(store)
+    s = store.series(tid, "cpu.util")
+    n = CHUNK_SAMPLES * 3
+    new = [(s.id, T0 + 1000 + i, float(i % 7)) for i in range(n)]
+    store.append_samples(new)
+    late = [(s.id, T0 + 1000 + i + 0.5, 100.0) for i in range(CHUNK_SAMPLES, 2 * CHUNK_SAMPLES)]
+    late += [(s.id, T0 + i, -1.0) for i in range(10)]  # before everything
+    store.append_samples(late)
+    t, _v = store.read_samples(s.id)
+    assert len(t) == n + CHUNK_SAMPLES + 10
+    assert bool(np.all(np.diff(t) > 0))
+    summ = store._chunk_summaries(s.id, -math.inf, math.inf)
+    for a, b in itertools.pairwise(summ):
+        assert a[2] < b[1]  # t_last of one before t_first of the next
+    w = store.window(s.id, T0, T0 + 1000 + n, 10)
+    assert w.buckets is not None
+    assert sum(b.n for b in w.buckets) == len(t)
+    assert max(b.max for b in w.buckets) == 100.0 and min(b.min for b in w.buckets) == -1.0
 
 
 def test_series_identity_devices_and_notes(store: Store) -> None:

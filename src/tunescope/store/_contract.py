@@ -2,9 +2,16 @@
 
 Promises common to every method:
 
-* **Thread safety.** A store may be shared by threads; calls are serialised inside it. Several
-  processes may use one database at once (the sampler process and the training process do):
-  each process opens its own store.
+* **Thread safety.** A store may be shared by threads; each call is serialised inside it,
+  from its first statement to its commit (an append reads the series' newest time and writes
+  under the same lock). Several processes may use one database at once (the sampler and the
+  training process do): each process opens its own store.
+* **Ownership.** A series has one writer: the process that measures it (the sampler for
+  hardware series, the SDK's flusher for ``train.*`` and ``torch.*`` ones). The store keeps a
+  series right with more than one writer too, as happens when a restarted sampler takes over
+  or the spool replays what a dead one left: appends to one series are serialised across
+  connections, and samples older than the newest stored are merged in time order (slower, as
+  the chunks they fall into are rewritten). Runs and trials are shared by every writer.
 * **Immutability.** Returned records are frozen dataclasses; changing the database later never
   changes a record already returned.
 * **Units.** Times are UNIX epoch seconds (float). Sample values are in the catalog's base unit
@@ -13,9 +20,12 @@ Promises common to every method:
 * **None means missing.** A metric that could not be read is not written; NULL is never zero.
 * **Errors.** Methods raise only :class:`~tunescope.errors.StoreError` subclasses:
   ``NotFound`` for an unknown id or name, ``Conflict`` for a duplicate unique name,
-  ``SchemaError`` when the database is not usable, ``StoreError`` for everything else.
-  Driver exceptions never escape.
-* **Atomicity.** Each write method is one transaction: on error nothing of it is kept.
+  ``SchemaError`` when the database is not usable, ``StoreUnavailable`` when it cannot be
+  reached now (a lost connection that one new attempt did not cure, a lock held elsewhere past
+  the busy timeout), ``StoreError`` for everything else. Driver exceptions never escape.
+* **Atomicity.** Each write method is one transaction: on error nothing of it is kept. A
+  connection lost while committing leaves unknown whether the commit happened: the call raises
+  StoreUnavailable, and :meth:`Store.write` is the way to write what must land exactly once.
 
 Derived queries (windows, event binning, the ``lost`` state) are written once here, on top of
 the few primitives each backend implements.
@@ -30,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from tunescope.store._batch import Batch
 from tunescope.store._codec import BLOCK_DTYPE, F64, decode, decode_many
 from tunescope.store._model import (
     Bucket,
@@ -101,6 +112,22 @@ class Store(abc.ABC):
         the run); a name the run already has raises Conflict. Params must be JSON values."""
 
     @abc.abstractmethod
+    def write(self, batch: Batch) -> int:
+        """Write a :class:`~tunescope.store.Batch` in one transaction, exactly once, and
+        return its trial's id. A batch whose id was written before is skipped (and its trial's
+        id returned), so a writer may send a batch again whenever it cannot tell whether it
+        landed. The trial is found by ``batch.trial`` (its key); when the store has none it
+        is created from ``batch.spec`` (its run too, if new; a taken name gets a ``-2``…
+        suffix), and NotFound is raised when there is no spec. Samples older than a series'
+        newest are merged in; ``heartbeat`` never moves back; ``pids`` add to the trial's;
+        ``heartbeat``, ``pids`` and an ``end`` with ``only_if_running`` change a running trial
+        only."""
+
+    @abc.abstractmethod
+    def trial_by_key(self, key: str) -> TrialInfo:
+        """A trial by the key its writers name it by; NotFound otherwise."""
+
+    @abc.abstractmethod
     def get_trial(self, trial_id: int) -> TrialInfo:
         """A trial by id, its state derived as described in :meth:`derive_state`."""
 
@@ -149,8 +176,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def append_samples(self, rows: Iterable[tuple[int, float, float]]) -> int:
-        """Write (series_id, t, value) samples. Within a series, times must not go back
-        before what is already stored (older samples raise StoreError). Returns the count."""
+        """Write (series_id, t, value) samples; returns the count. Samples older than the
+        series' newest stored one are merged in time order (see Ownership above)."""
 
     @abc.abstractmethod
     def compact(self, series_id: int | None = None) -> None:

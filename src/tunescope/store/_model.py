@@ -8,7 +8,16 @@ from typing import Any, Literal
 
 TrialState = Literal["running", "completed", "failed", "lost", "pruned"]
 TRIAL_STATES: tuple[str, ...] = ("running", "completed", "failed", "lost", "pruned")
-EVENT_KINDS: tuple[str, ...] = ("optimizer_step", "evaluation", "checkpoint", "data_wait", "mark")
+EVENT_KINDS: tuple[str, ...] = (
+    "optimizer_step",
+    "evaluation",
+    "checkpoint",
+    "data_wait",
+    "mark",
+    "sampler_gap",
+)
+"""``sampler_gap``: an interval with no hardware samples because the trial's sampler died and
+was restarted (t = last sample before, duration = until the first one after)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class TrialInfo:
     heartbeat: float | None
     error: str | None
     interval: float
+    key: str = ""
+    """The key the trial's writers name it by (see ``store/_batch.py``)."""
 
 
 @dataclass(frozen=True)

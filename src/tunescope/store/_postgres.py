@@ -1,13 +1,29 @@
-"""The PostgreSQL backend, for a team server. Same SQL as SQLite (see _sql.py)."""
+"""The PostgreSQL backend, for a team server. Same SQL as SQLite (see _sql.py).
+
+A server that stops answering (stopped, partitioned, hung) must not hold a caller forever: the
+kernel keeps a stopped server's TCP connections open, so neither keep-alives nor TCP timeouts
+notice. Each transaction is therefore armed on a process-wide watchdog; when it runs longer
+than the store's ``timeout`` the watchdog shuts the connection's socket down, the driver call
+returns with an error, and the call raises StoreUnavailable like any lost connection.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import itertools
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 
-from tunescope.errors import SchemaError, StoreError
+from tunescope.errors import ConfigError, SchemaError, StoreError, StoreUnavailable
 from tunescope.store._sql import Dialect, SQLStore
+from tunescope.store._url import redact, secret_of
 
 POSTGRES = Dialect(
     name="postgresql",
@@ -17,38 +33,165 @@ POSTGRES = Dialect(
     real_type="DOUBLE PRECISION",
     greatest="GREATEST",
     floor_int="CAST(FLOOR({x}) AS BIGINT)",
+    for_update=" FOR UPDATE",
 )
+
+TIMEOUT_S = 15.0
+"""Longest a transaction may wait on the server before the connection counts as lost."""
+
+_LOST_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "40001", "40P01"})
+"""admin/crash shutdown, cannot connect now, idle session timeout; serialization failure and
+deadlock (the transaction was rolled back: safe to repeat)."""
+
+_PERMANENT = (
+    "password authentication failed",
+    "no password supplied",
+    "does not exist",
+    "not permitted to log in",
+    "no pg_hba.conf entry",
+    "invalid",
+    "certificate",
+)
+"""Connection failures that waiting will not cure: the URL or the credentials are wrong."""
+
+_MIGRATION_LOCK = 0x7475_6E65  # 'tune'
 
 
 class PostgresStore(SQLStore):
     dialect = POSTGRES
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True, timeout: float | None = None) -> None:
+        self._dsn = url
+        self._secret = secret_of(url)
+        self.timeout = TIMEOUT_S if timeout is None else float(timeout)
         try:
-            conn = psycopg.connect(url, connect_timeout=10)
+            psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {_safe(url)}: {exc}".strip()) from None
-        super().__init__(_safe(url), conn)
+            raise ConfigError(f"bad PostgreSQL URL {redact(url)!r}: {self._clean(exc)}") from None
+        super().__init__(redact(url), create=create)
+
+    def _clean(self, exc: BaseException) -> str:
+        """The driver's message on one line, without the password."""
+        lines = str(exc).strip().splitlines()
+        text = "; ".join(x.strip() for x in lines if x.strip()) or type(exc).__name__
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return text
+
+    def _connect(self) -> Any:
+        try:
+            return psycopg.connect(
+                self._dsn,
+                connect_timeout=max(1, round(min(self.timeout, 10.0))),
+                application_name="tunescope",
+            )
+        except psycopg.Error as exc:
+            msg = f"cannot connect to {self.url}: {self._clean(exc)}"
+            if any(p in msg for p in _PERMANENT):
+                raise StoreError(msg) from None
+            raise StoreUnavailable(msg) from None
+
+    def _begin(self, conn: Any, write: bool) -> Any:
+        return conn.cursor()
+
+    def _guard(self, conn: Any) -> contextlib.AbstractContextManager[None]:
+        return _WATCHDOG.guard(conn, self.timeout)
+
+    def _is_lost(self, exc: Exception, conn: Any) -> bool:
+        if not isinstance(exc, psycopg.Error):
+            return False
+        if getattr(exc, "sqlstate", None) in _LOST_STATES:
+            return True
+        state = getattr(exc, "sqlstate", None) or ""
+        if state.startswith("08"):
+            return True
+        return isinstance(exc, psycopg.OperationalError) and bool(conn.closed or conn.broken)
 
     def _translate(self, exc: Exception) -> StoreError | None:
         if isinstance(exc, psycopg.errors.UndefinedTable):
-            return SchemaError(f"{self.url}: {exc}")
+            return SchemaError(f"{self.url}: {self._clean(exc)}")
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            return StoreUnavailable(f"{self.url}: {self._clean(exc)}")
         if isinstance(exc, psycopg.Error):
-            return StoreError(f"{self.url}: {exc}")
+            return StoreError(f"{self.url}: {self._clean(exc)}")
         return None
 
-    def _table_names(self) -> set[str]:
-        rows: list[Any] = self._conn.execute(
+    def _migration_lock(self, cur: Any) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+
+    def _table_names(self, cur: Any) -> set[str]:
+        rows: list[Any] = cur.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         ).fetchall()
         return {r[0] for r in rows}
 
 
-def _safe(url: str) -> str:
-    """The URL without its password."""
-    head, at, tail = url.rpartition("@")
-    if not at:
-        return url
-    scheme, sep, cred = head.partition("://")
-    user = cred.split(":", 1)[0]
-    return f"{scheme}{sep}{user}@{tail}"
+class _Watchdog:
+    """One daemon thread per process that shuts down the socket of a transaction running past
+    its deadline (see the module doc). Arming and firing share a lock, so a transaction that
+    ends in time is never cut."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._heap: list[tuple[float, int]] = []
+        self._armed: dict[int, Any] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    @contextlib.contextmanager
+    def guard(self, conn: Any, timeout: float) -> Iterator[None]:
+        token = self._arm(conn, time.monotonic() + timeout)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._armed.pop(token, None)
+
+    def _arm(self, conn: Any, deadline: float) -> int:
+        with self._lock:
+            if self._thread is None or self._pid != os.getpid():  # none yet, or forked
+                self._pid = os.getpid()
+                self._heap, self._armed = [], {}
+                self._thread = threading.Thread(
+                    target=self._run, name="tunescope-pg-watchdog", daemon=True
+                )
+                self._thread.start()
+            token = next(self._ids)
+            self._armed[token] = conn
+            heapq.heappush(self._heap, (deadline, token))
+            self._wake.notify()
+            return token
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                while self._heap and self._heap[0][1] not in self._armed:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._wake.wait()
+                    continue
+                deadline, token = self._heap[0]
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    self._wake.wait(delay)
+                    continue
+                heapq.heappop(self._heap)
+                conn = self._armed.pop(token, None)
+                if conn is not None:
+                    _cut(conn)
+
+
+def _cut(conn: Any) -> None:
+    """Shut the connection's socket down: a call blocked on it returns with an error."""
+    with contextlib.suppress(Exception):
+        fd = conn.pgconn.socket
+        sock = socket.socket(fileno=os.dup(fd))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
+
+
+_WATCHDOG = _Watchdog()

@@ -6,7 +6,7 @@ the result of applying MIGRATIONS[0:N] in order; a database records its version 
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: the first schema
@@ -48,6 +48,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TABLE event_spans (
             trial_id INTEGER NOT NULL REFERENCES trials(id), kind TEXT NOT NULL,
             max_duration {real} NOT NULL, PRIMARY KEY (trial_id, kind))""",
+    ),
+    # 3: trials named by a key their writer makes, so a trial starts recording before the
+    #    store is reachable (older trials get 'id-<id>'); the ids of the batches written, so a
+    #    batch sent twice (a retry, a replay from the spool) is written once
+    (
+        "ALTER TABLE trials ADD COLUMN trial_key TEXT",
+        "UPDATE trials SET trial_key = 'id-' || CAST(id AS TEXT)",
+        "CREATE UNIQUE INDEX trials_by_key ON trials (trial_key)",
+        """CREATE TABLE batches (
+            id TEXT PRIMARY KEY, trial_id INTEGER NOT NULL REFERENCES trials(id),
+            t {real} NOT NULL)""",
     ),
 )
 

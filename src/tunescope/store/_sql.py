@@ -2,32 +2,50 @@
 
 Backends supply a DB-API connection and a :class:`Dialect`; the SQL below uses ``?``
 placeholders and only constructs both databases accept.
+
+Connections heal. Every call runs in one transaction (:meth:`SQLStore._tx`) on a connection
+opened on demand. When the connection turns out lost before the transaction commits (the
+server restarted, closed an idle session, or stopped answering), nothing of it was kept, so the
+call is repeated once on a new connection; a connection lost while committing cannot tell
+whether the commit happened, and the call raises :class:`~tunescope.errors.StoreUnavailable`
+(batches are idempotent, so their writers simply send them again). While the server refuses
+connections, new attempts wait for a growing back-off (0.1 s doubling to 5 s) and calls raise
+StoreUnavailable at once in between.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
+import functools
 import itertools
 import json
 import math
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from tunescope.errors import Conflict, NotFound, SchemaError, StoreError
-from tunescope.store._codec import F64, MAX_DELTA_MS, encode, encode_blocks, to_stored
+from tunescope.errors import Conflict, NotFound, SchemaError, StoreError, StoreUnavailable
+from tunescope.store._batch import Batch, EventRow, ScalarRow, TrialSpec, new_key
+from tunescope.store._codec import F64, MAX_DELTA_MS, decode, encode, encode_blocks, to_stored
 from tunescope.store._contract import CHUNK_SAMPLES, Store
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
 from tunescope.store._schema import MIGRATIONS, SCHEMA_VERSION
 
 _TRIAL_COLS = (
-    "id, run_id, name, params, state, host, pids, t_start, t_end, heartbeat, error, interval_s"
+    "id, run_id, name, params, state, host, pids, t_start, t_end, heartbeat, error, interval_s, "
+    "trial_key"
 )
+
+BACKOFF_MIN_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -40,59 +58,147 @@ class Dialect:
     greatest: str
     floor_int: str
     """SQL for the integer floor of ``{x}`` (non-negative or clipped by the caller)."""
+    for_update: str
+    """Suffix of a SELECT that locks the rows it reads until the transaction ends ('' where
+    a write transaction already excludes every other writer)."""
 
     def ddl(self, stmt: str) -> str:
         return stmt.format(id=self.id_type, blob=self.blob_type, real=self.real_type)
 
 
+class _Lost(StoreUnavailable):
+    """The connection was lost. ``before_commit``: nothing of the transaction was kept, so
+    the call may be repeated on a new connection."""
+
+    def __init__(self, message: str, before_commit: bool) -> None:
+        super().__init__(message)
+        self.before_commit = before_commit
+
+
+def _retrying(fn: F) -> F:
+    """Repeat a store call once on a new connection when its connection was lost before the
+    transaction committed (see the module doc)."""
+
+    @functools.wraps(fn)
+    def inner(self: SQLStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except _Lost as exc:
+            if not exc.before_commit:
+                raise
+        return fn(self, *args, **kwargs)
+
+    return cast(F, inner)
+
+
 class SQLStore(Store, abc.ABC):
-    """A store over a DB-API connection. Subclasses open the connection, translate driver
-    errors in :meth:`_translate`, and say whether a table exists."""
+    """A store over a DB-API connection. Subclasses open connections (:meth:`_connect`),
+    translate driver errors (:meth:`_translate`), recognise a lost connection
+    (:meth:`_is_lost`), begin transactions and list tables."""
 
     dialect: Dialect
 
-    def __init__(self, url: str, conn: Any) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
-        self._conn = conn
         self._lock = threading.RLock()
+        self._conn: Any = None
         self._closed = False
-        # per-series write state of this writer: (last stored t, pending count)
-        self._tail: dict[int, tuple[float, int]] = {}
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._written: set[int] = set()
+        """Series this store appended to: close() packs their pending samples."""
         self._series_cache: dict[int, SeriesInfo] = {}
-        self._migrate()
+        self._series_ids: dict[tuple[int, str, str], tuple[int, bool]] = {}
+        """(trial, metric, device) -> (series id, whether it has a note)."""
+        self._trial_keys: dict[str, int] = {}
+        self._open_schema(create)
 
     # ------------------------------------------------------------------ plumbing
+    @abc.abstractmethod
+    def _connect(self) -> Any:
+        """A new connection. Raises StoreUnavailable when the database cannot be reached now,
+        another StoreError when it never will be (bad credentials, no such database)."""
+
     @abc.abstractmethod
     def _translate(self, exc: Exception) -> StoreError | None:
         """The StoreError for a driver exception, or None if it is not the driver's."""
 
+    def _is_lost(self, exc: Exception, conn: Any) -> bool:
+        """Whether ``exc`` means the connection is gone (the call may go to a new one)."""
+        return False
+
     @abc.abstractmethod
-    def _table_names(self) -> set[str]: ...
+    def _begin(self, conn: Any, write: bool) -> Any:
+        """A cursor in a new transaction (``write``: one that will write)."""
+
+    @abc.abstractmethod
+    def _table_names(self, cur: Any) -> set[str]: ...
+
+    def _guard(self, conn: Any) -> contextlib.AbstractContextManager[None]:
+        """Bounds the time one transaction may wait for the server (see the backends)."""
+        return contextlib.nullcontext()
 
     def _sql(self, stmt: str) -> str:
         return stmt if self.dialect.placeholder == "?" else stmt.replace("?", "%s")
 
-    @contextmanager
-    def _tx(self) -> Iterator[Any]:
-        """One transaction; driver errors become StoreErrors and roll everything back."""
+    def _connection(self) -> Any:
+        if self._conn is None:
+            now = time.monotonic()
+            if now < self._retry_at:
+                raise StoreUnavailable(
+                    f"{self.url} is unreachable; next attempt in {self._retry_at - now:.1f} s"
+                )
+            try:
+                self._conn = self._connect()
+            except StoreUnavailable:
+                self._backoff = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, 2 * self._backoff))
+                self._retry_at = time.monotonic() + self._backoff
+                raise
+            self._backoff = 0.0
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    @contextlib.contextmanager
+    def _tx(self, write: bool = False) -> Iterator[Any]:
+        """One transaction; driver errors become StoreErrors and roll everything back. A lost
+        connection raises :class:`_Lost` (retried once by :func:`_retrying`)."""
         with self._lock:
             if self._closed:
                 raise StoreError(f"store {self.url} is closed")
-            cur = self._conn.cursor()
+            conn = self._connection()
+            committing = False
             try:
-                yield cur
-                self._conn.commit()
+                with self._guard(conn):
+                    cur = self._begin(conn, write)
+                    try:
+                        yield cur
+                        committing = True
+                        conn.commit()
+                    finally:
+                        with contextlib.suppress(Exception):
+                            cur.close()
             except Exception as exc:
-                try:
-                    self._conn.rollback()
-                except Exception:
-                    pass
+                if isinstance(exc, _Lost):
+                    raise
+                lost = self._is_lost(exc, conn)
+                if not lost:
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
+                if lost:
+                    self._drop_connection()
+                    raise _Lost(
+                        f"lost the connection to {self.url}: {_first_line(exc)}",
+                        before_commit=not committing,
+                    ) from None
                 mapped = self._translate(exc)
                 if mapped is not None:
                     raise mapped from exc
                 raise
-            finally:
-                cur.close()
 
     def _q(self, cur: Any, stmt: str, args: Sequence[Any] = ()) -> Any:
         cur.execute(self._sql(stmt), tuple(args))
@@ -103,51 +209,68 @@ class SQLStore(Store, abc.ABC):
             if self._closed:
                 return
             try:
-                for sid in list(self._tail):  # only what this writer left pending
+                for sid in sorted(self._written):  # only what this writer left pending
                     self.compact(sid)
             finally:
                 self._closed = True
-                try:
-                    self._conn.close()
-                except Exception:
-                    pass
+                self._drop_connection()
 
     # ------------------------------------------------------------------ schema
-    def _migrate(self) -> None:
-        with self._tx() as cur:
-            tables = self._table_names()
-            if "meta" not in tables:
-                if tables & {"runs", "trials", "series"} or (tables and "runs" not in tables):
-                    raise SchemaError(
-                        f"{self.url} is not a tunescope database (it has tables: "
-                        f"{', '.join(sorted(tables))})"
-                    )
-                version = 0
-            else:
-                row = self._q(cur, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                version = int(row[0]) if row else 0
-            if version > SCHEMA_VERSION:
-                raise SchemaError(
-                    f"{self.url} has schema version {version}, newer than this tunescope "
-                    f"understands ({SCHEMA_VERSION}); upgrade tunescope to open it"
-                )
+    def _open_schema(self, create: bool) -> None:
+        """Check the database is ours and current; create or migrate it under a write lock
+        (so that processes opening a new store at once create it once)."""
+        version = self._version(create)
+        if version == SCHEMA_VERSION:
+            return
+        with self._lock, self._tx(write=True) as cur:
+            self._migration_lock(cur)
+            version = self._version_in(cur, create)
             for v in range(version, SCHEMA_VERSION):
                 for stmt in MIGRATIONS[v]:
                     cur.execute(self.dialect.ddl(stmt))
-            if version != SCHEMA_VERSION:
-                if version == 0:
-                    self._q(
-                        cur,
-                        "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                        (str(SCHEMA_VERSION),),
-                    )
-                else:
-                    self._q(
-                        cur,
-                        "UPDATE meta SET value = ? WHERE key = 'schema_version'",
-                        (str(SCHEMA_VERSION),),
-                    )
+            if version == 0:
+                self._q(
+                    cur,
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+            elif version != SCHEMA_VERSION:
+                self._q(
+                    cur,
+                    "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                    (str(SCHEMA_VERSION),),
+                )
 
+    @_retrying
+    def _version(self, create: bool) -> int:
+        with self._tx() as cur:
+            return self._version_in(cur, create)
+
+    def _version_in(self, cur: Any, create: bool) -> int:
+        tables = self._table_names(cur)
+        if "meta" not in tables:
+            if tables:
+                raise SchemaError(
+                    f"{self.url} is not a tunescope database (it has tables: "
+                    f"{', '.join(sorted(tables)[:8])})"
+                )
+            if not create:
+                raise NotFound(f"no tunescope store at {self.url}")
+            return 0
+        row = self._q(cur, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaError(
+                f"{self.url} has schema version {version}, newer than this tunescope "
+                f"understands ({SCHEMA_VERSION}); upgrade tunescope to open it"
+            )
+        return version
+
+    def _migration_lock(self, cur: Any) -> None:
+        """Exclude other processes creating or migrating the schema (a write transaction
+        does that in SQLite; PostgreSQL takes an advisory lock)."""
+
+    @_retrying
     def schema_version(self) -> int:
         with self._tx() as cur:
             row = self._q(cur, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -173,31 +296,32 @@ class SQLStore(Store, abc.ABC):
         end = None if (not infos or None in ends) else max(e for e in ends if e is not None)
         return RunInfo(int(run_id), str(name), float(start), end, state, len(infos))
 
-    def ensure_run(self, name: str, start: float | None = None) -> RunInfo:
+    def _run_row(self, cur: Any, name: str, start: float | None) -> Sequence[Any]:
         if not name or not name.strip():
             raise StoreError("a run needs a non-empty name")
-        import time as _time
-
-        with self._tx() as cur:
+        row = self._q(cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            self._q(
+                cur,
+                "INSERT INTO runs (name, t_start) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                (name, time.time() if start is None else start),
+            )
             row = self._q(
                 cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (name,)
             ).fetchone()
-            if row is None:
-                self._q(
-                    cur,
-                    "INSERT INTO runs (name, t_start) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-                    (name, _time.time() if start is None else start),
-                )
-                row = self._q(
-                    cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (name,)
-                ).fetchone()
-            return self._run_from(cur, row)
+        return cast(Sequence[Any], row)
 
+    @_retrying
+    def ensure_run(self, name: str, start: float | None = None) -> RunInfo:
+        with self._tx(write=True) as cur:
+            return self._run_from(cur, self._run_row(cur, name, start))
+
+    @_retrying
     def get_run(self, run: int | str) -> RunInfo:
         with self._tx() as cur:
             if isinstance(run, int):
                 row = self._q(
-                    cur, "SELECT id, name, t_start FROM runs WHERE id = ?", (run,)
+                    cur, "SELECT id, name, t_start FROM runs WHERE id = ?", (_sql_int(run),)
                 ).fetchone()
             else:
                 row = self._q(
@@ -207,6 +331,7 @@ class SQLStore(Store, abc.ABC):
                 raise NotFound(f"no run {run!r} in {self.url}")
             return self._run_from(cur, row)
 
+    @_retrying
     def list_runs(self) -> list[RunInfo]:
         with self._tx() as cur:
             rows = self._q(
@@ -216,7 +341,7 @@ class SQLStore(Store, abc.ABC):
 
     # ------------------------------------------------------------------ trials
     def _trial_from(self, row: Sequence[Any]) -> TrialInfo:
-        (tid, run_id, name, params, state, host, pids, start, end, hb, error, interval) = row
+        (tid, run_id, name, params, state, host, pids, start, end, hb, error, interval, key) = row
         return TrialInfo(
             int(tid),
             int(run_id),
@@ -230,8 +355,72 @@ class SQLStore(Store, abc.ABC):
             None if hb is None else float(hb),
             error,
             float(interval),
+            str(key or ""),
         )
 
+    def _insert_trial(
+        self,
+        cur: Any,
+        run_id: int,
+        name: str | None,
+        params: dict[str, Any],
+        *,
+        host: str,
+        pids: Sequence[int],
+        start: float,
+        interval: float,
+        key: str,
+        rename: bool,
+    ) -> Sequence[Any]:
+        """Insert a trial; ``name`` None takes ``trial-<k>``; a taken name raises Conflict,
+        or with ``rename`` becomes ``name-2``, ``name-3``… The run row is locked first so
+        that concurrent creators pick different names."""
+        try:
+            params_json = json.dumps(params, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"trial params must be JSON values: {exc}") from None
+        if (
+            self._q(
+                cur, f"SELECT id FROM runs WHERE id = ?{self.dialect.for_update}", (run_id,)
+            ).fetchone()
+            is None
+        ):
+            raise NotFound(f"no run with id {run_id} in {self.url}")
+        existing = {
+            r[0] for r in self._q(cur, "SELECT name FROM trials WHERE run_id = ?", (run_id,))
+        }
+        if name is None:
+            k = len(existing)
+            while f"trial-{k}" in existing:
+                k += 1
+            name = f"trial-{k}"
+        elif name in existing:
+            if not rename:
+                raise Conflict(f"run {run_id} already has a trial named {name!r}")
+            base = name
+            name = next(n for n in (f"{base}-{i}" for i in itertools.count(2)) if n not in existing)
+        return cast(
+            Sequence[Any],
+            self._q(
+                cur,
+                "INSERT INTO trials (run_id, name, params, state, host, pids, t_start, "
+                "heartbeat, interval_s, trial_key) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?) "
+                f"RETURNING {_TRIAL_COLS}",
+                (
+                    run_id,
+                    name,
+                    params_json,
+                    host,
+                    json.dumps(list(pids)),
+                    start,
+                    start,
+                    interval,
+                    key,
+                ),
+            ).fetchone(),
+        )
+
+    @_retrying
     def create_trial(
         self,
         run_id: int,
@@ -243,72 +432,65 @@ class SQLStore(Store, abc.ABC):
         start: float | None = None,
         interval: float = 1.0,
     ) -> TrialInfo:
-        import time as _time
-
-        try:
-            params_json = json.dumps(params or {}, sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"trial params must be JSON values: {exc}") from None
-        t0 = _time.time() if start is None else start
-        with self._tx() as cur:
-            if self._q(cur, "SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-                raise NotFound(f"no run with id {run_id} in {self.url}")
-            if name is None:
-                k = self._q(
-                    cur, "SELECT COUNT(*) FROM trials WHERE run_id = ?", (run_id,)
-                ).fetchone()[0]
-                existing = {
-                    r[0]
-                    for r in self._q(
-                        cur, "SELECT name FROM trials WHERE run_id = ?", (run_id,)
-                    ).fetchall()
-                }
-                while f"trial-{k}" in existing:
-                    k += 1
-                name = f"trial-{k}"
-            elif (
-                self._q(
-                    cur, "SELECT 1 FROM trials WHERE run_id = ? AND name = ?", (run_id, name)
-                ).fetchone()
-                is not None
-            ):
-                raise Conflict(f"run {run_id} already has a trial named {name!r}")
-            row = self._q(
+        t0 = time.time() if start is None else start
+        with self._tx(write=True) as cur:
+            row = self._insert_trial(
                 cur,
-                "INSERT INTO trials (run_id, name, params, state, host, pids, t_start, "
-                "heartbeat, interval_s) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?) "
-                f"RETURNING {_TRIAL_COLS}",
-                (run_id, name, params_json, host, json.dumps(list(pids)), t0, t0, interval),
-            ).fetchone()
+                _sql_int(run_id),
+                name,
+                params or {},
+                host=host,
+                pids=pids,
+                start=t0,
+                interval=interval,
+                key=new_key(),
+                rename=False,
+            )
             return self._trial_from(row)
 
+    @_retrying
     def get_trial(self, trial_id: int) -> TrialInfo:
         with self._tx() as cur:
             row = self._q(
-                cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE id = ?", (trial_id,)
+                cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE id = ?", (_sql_int(trial_id),)
             ).fetchone()
         if row is None:
             raise NotFound(f"no trial with id {trial_id} in {self.url}")
         return self._trial_from(row)
 
+    @_retrying
+    def trial_by_key(self, key: str) -> TrialInfo:
+        with self._tx() as cur:
+            row = self._q(
+                cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE trial_key = ?", (key,)
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"no trial with key {key!r} in {self.url}")
+        return self._trial_from(row)
+
+    @_retrying
     def find_trial(self, run_id: int, name: str) -> TrialInfo:
         with self._tx() as cur:
             row = self._q(
                 cur,
                 f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ? AND name = ?",
-                (run_id, name),
+                (_sql_int(run_id), name),
             ).fetchone()
         if row is None:
             raise NotFound(f"no trial {name!r} in run {run_id}")
         return self._trial_from(row)
 
+    @_retrying
     def list_trials(self, run_id: int) -> list[TrialInfo]:
         with self._tx() as cur:
             rows = self._q(
-                cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ? ORDER BY id", (run_id,)
+                cur,
+                f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ? ORDER BY id",
+                (_sql_int(run_id),),
             ).fetchall()
         return [self._trial_from(r) for r in rows]
 
+    @_retrying
     def update_trial(
         self,
         trial_id: int,
@@ -346,57 +528,172 @@ class SQLStore(Store, abc.ABC):
         if not sets:
             return False
         where = "id = ?" + (" AND state = 'running'" if only_if_running else "")
-        with self._tx() as cur:
+        with self._tx(write=True) as cur:
             n = self._q(
-                cur, f"UPDATE trials SET {', '.join(sets)} WHERE {where}", (*args, trial_id)
+                cur,
+                f"UPDATE trials SET {', '.join(sets)} WHERE {where}",
+                (*args, _sql_int(trial_id)),
             ).rowcount
             if n == 0 and not only_if_running:
                 raise NotFound(f"no trial with id {trial_id} in {self.url}")
         return bool(n)
 
+    @_retrying
     def exit_code(self, trial_id: int) -> int | None:
         with self._tx() as cur:
-            row = self._q(cur, "SELECT exit_code FROM trials WHERE id = ?", (trial_id,)).fetchone()
+            row = self._q(
+                cur, "SELECT exit_code FROM trials WHERE id = ?", (_sql_int(trial_id),)
+            ).fetchone()
         if row is None:
             raise NotFound(f"no trial with id {trial_id} in {self.url}")
         return None if row[0] is None else int(row[0])
 
+    # ------------------------------------------------------------------ batches
+    @_retrying
+    def write(self, batch: Batch) -> int:
+        with self._lock, self._tx(write=True) as cur:
+            row = self._q(cur, "SELECT trial_id FROM batches WHERE id = ?", (batch.id,)).fetchone()
+            if row is not None:
+                return int(row[0])
+            tid = self._trial_for(cur, batch.trial, batch.spec)
+            if (
+                self._q(
+                    cur,
+                    "INSERT INTO batches (id, trial_id, t) VALUES (?, ?, ?) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    (batch.id, tid, time.time()),
+                ).rowcount
+                == 0
+            ):
+                return tid  # another connection wrote it meanwhile
+            by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
+            for metric, device, note, t, v in batch.samples:
+                if not (math.isfinite(t) and math.isfinite(v)):
+                    raise StoreError(f"sample of {metric} at t={t} is not a finite number: {v}")
+                by_series[self._series_in(cur, tid, metric, device, note)].append((t, v))
+            for sid, samples in by_series.items():
+                self._append_one(cur, sid, samples)
+            try:
+                self._insert_events(cur, tid, batch.events)
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"event data must be JSON values: {exc}") from None
+            self._insert_scalars(cur, tid, batch.scalars)
+            self._apply_trial_changes(cur, tid, batch)
+            self._written.update(by_series)
+            return tid
+
+    def _trial_for(self, cur: Any, key: str, spec: TrialSpec | None) -> int:
+        """The trial of ``key``, created from ``spec`` if new. Only trials found already
+        committed are cached: a trial created here is gone if the transaction rolls back."""
+        tid = self._trial_keys.get(key)
+        if tid is not None:
+            return tid
+        row = self._q(cur, "SELECT id FROM trials WHERE trial_key = ?", (key,)).fetchone()
+        if row is not None:
+            self._trial_keys[key] = int(row[0])
+        else:
+            if spec is None or spec.key != key:
+                raise NotFound(f"no trial with key {key!r} in {self.url}")
+            run_id = int(self._run_row(cur, spec.run, spec.start)[0])
+            # the run row is locked by _insert_trial: look again once we hold it
+            self._q(cur, f"SELECT id FROM runs WHERE id = ?{self.dialect.for_update}", (run_id,))
+            row = self._q(cur, "SELECT id FROM trials WHERE trial_key = ?", (key,)).fetchone()
+            if row is None:
+                row = self._insert_trial(
+                    cur,
+                    run_id,
+                    spec.name,
+                    spec.params,
+                    host=spec.host,
+                    pids=spec.pids,
+                    start=spec.start,
+                    interval=spec.interval,
+                    key=key,
+                    rename=True,
+                )
+        return int(row[0])
+
+    def _apply_trial_changes(self, cur: Any, tid: int, batch: Batch) -> None:
+        if batch.params is not None:
+            try:
+                params = json.dumps(batch.params, sort_keys=True, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"trial params must be JSON values: {exc}") from None
+            self._q(cur, "UPDATE trials SET params = ? WHERE id = ?", (params, tid))
+        if batch.pids:
+            row = self._q(cur, "SELECT pids FROM trials WHERE id = ?", (tid,)).fetchone()
+            merged = sorted(set(json.loads(row[0])) | set(batch.pids))
+            self._q(
+                cur,
+                "UPDATE trials SET pids = ? WHERE id = ? AND state = 'running'",
+                (json.dumps(merged), tid),
+            )
+        if batch.heartbeat is not None:
+            g = self.dialect.greatest
+            self._q(
+                cur,
+                f"UPDATE trials SET heartbeat = {g}(COALESCE(heartbeat, 0), ?) "
+                "WHERE id = ? AND state = 'running'",
+                (batch.heartbeat, tid),
+            )
+        end = batch.end
+        if end is not None:
+            self._q(
+                cur,
+                "UPDATE trials SET state = ?, t_end = ?, error = ?, exit_code = ? WHERE id = ?"
+                + (" AND state = 'running'" if end.only_if_running else ""),
+                (end.state, end.t, end.error, end.exit_code, tid),
+            )
+
     # ------------------------------------------------------------------ series
-    def series(
-        self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
-    ) -> SeriesInfo:
+    def _series_in(
+        self, cur: Any, trial_id: int, metric: str, device: str | None, note: str | None
+    ) -> int:
+        """The id of the series (trial, metric, device), created if new; ``note`` is kept from
+        the first call that gives one. Only series found already committed are cached."""
         dev = device or ""
-        with self._tx() as cur:
+        key = (trial_id, metric, dev)
+        known = self._series_ids.get(key)
+        if known is not None and (note is None or known[1]):
+            return known[0]
+        row = self._q(
+            cur,
+            "SELECT id, note FROM series WHERE trial_id = ? AND metric = ? AND device = ?",
+            (trial_id, metric, dev),
+        ).fetchone()
+        if row is None:
+            if self._q(cur, "SELECT 1 FROM trials WHERE id = ?", (trial_id,)).fetchone() is None:
+                raise NotFound(f"no trial with id {trial_id} in {self.url}")
+            self._q(
+                cur,
+                "INSERT INTO series (trial_id, metric, device, note) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (trial_id, metric, device) DO NOTHING",
+                (trial_id, metric, dev, note),
+            )
             row = self._q(
                 cur,
                 "SELECT id, note FROM series WHERE trial_id = ? AND metric = ? AND device = ?",
                 (trial_id, metric, dev),
             ).fetchone()
-            if row is None:
-                if (
-                    self._q(cur, "SELECT 1 FROM trials WHERE id = ?", (trial_id,)).fetchone()
-                    is None
-                ):
-                    raise NotFound(f"no trial with id {trial_id} in {self.url}")
-                self._q(
-                    cur,
-                    "INSERT INTO series (trial_id, metric, device, note) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (trial_id, metric, device) DO NOTHING",
-                    (trial_id, metric, dev, note),
-                )
-                row = self._q(
-                    cur,
-                    "SELECT id, note FROM series WHERE trial_id = ? AND metric = ? AND device = ?",
-                    (trial_id, metric, dev),
-                ).fetchone()
-            elif note is not None and row[1] is None:
+        else:
+            self._series_ids[key] = (int(row[0]), row[1] is not None)
+            if note is not None and row[1] is None:
                 self._q(cur, "UPDATE series SET note = ? WHERE id = ?", (note, row[0]))
-                row = (row[0], note)
-        return SeriesInfo(int(row[0]), trial_id, metric, device or None, row[1])
+        return int(row[0])
 
+    @_retrying
+    def series(
+        self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
+    ) -> SeriesInfo:
+        with self._tx(write=True) as cur:
+            sid = self._series_in(cur, _sql_int(trial_id), metric, device, note)
+            row = self._q(cur, "SELECT note FROM series WHERE id = ?", (sid,)).fetchone()
+        return SeriesInfo(sid, trial_id, metric, device or None, row[0])
+
+    @_retrying
     def list_series(self, trial_id: int, metric: str | None = None) -> list[SeriesInfo]:
         stmt = "SELECT id, trial_id, metric, device, note FROM series WHERE trial_id = ?"
-        args: list[Any] = [trial_id]
+        args: list[Any] = [_sql_int(trial_id)]
         if metric is not None:
             stmt += " AND metric = ?"
             args.append(metric)
@@ -404,6 +701,7 @@ class SQLStore(Store, abc.ABC):
             rows = self._q(cur, stmt + " ORDER BY metric, device", args).fetchall()
         return [SeriesInfo(int(r[0]), int(r[1]), r[2], r[3] or None, r[4]) for r in rows]
 
+    @_retrying
     def _series_info(self, series_id: int) -> SeriesInfo:
         info = self._series_cache.get(series_id)
         if info is None:
@@ -411,7 +709,7 @@ class SQLStore(Store, abc.ABC):
                 r = self._q(
                     cur,
                     "SELECT id, trial_id, metric, device, note FROM series WHERE id = ?",
-                    (series_id,),
+                    (_sql_int(series_id),),
                 ).fetchone()
             if r is None:
                 raise NotFound(f"no series with id {series_id} in {self.url}")
@@ -420,70 +718,98 @@ class SQLStore(Store, abc.ABC):
         return info
 
     # ------------------------------------------------------------------ samples
-    def _load_tail(self, cur: Any, series_id: int) -> tuple[float, int]:
-        tail = self._tail.get(series_id)
-        if tail is None:
-            if self._q(cur, "SELECT 1 FROM series WHERE id = ?", (series_id,)).fetchone() is None:
-                raise NotFound(f"no series with id {series_id} in {self.url}")
-            last_chunk = self._q(
-                cur, "SELECT MAX(t_last) FROM chunks WHERE series_id = ?", (series_id,)
-            ).fetchone()[0]
-            prow = self._q(
-                cur, "SELECT MAX(t), COUNT(*) FROM pending WHERE series_id = ?", (series_id,)
-            ).fetchone()
-            last = max(x for x in (last_chunk, prow[0], -math.inf) if x is not None)
-            tail = (float(last), int(prow[1]))
-        return tail
-
+    @_retrying
     def append_samples(self, rows: Iterable[tuple[int, float, float]]) -> int:
         by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
         count = 0
         for sid, t, v in rows:
             if v is None or not math.isfinite(v) or not math.isfinite(t):
                 raise StoreError(f"sample of series {sid} at t={t} is not a finite number: {v}")
-            by_series[int(sid)].append((t, v))
+            by_series[_sql_int(int(sid))].append((t, v))
             count += 1
         if not count:
             return 0
-        with self._tx() as cur:
-            new_tails: dict[int, tuple[float, int]] = {}
+        with self._lock, self._tx(write=True) as cur:
             for sid, samples in by_series.items():
-                new_tails[sid] = self._append_one(cur, sid, samples)
-        self._tail.update(new_tails)
+                self._append_one(cur, sid, samples)
+            self._written.update(by_series)
         return count
 
-    def _append_one(
-        self, cur: Any, sid: int, samples: list[tuple[float, float]]
-    ) -> tuple[float, int]:
-        last, pending_n = self._load_tail(cur, sid)
+    def _append_one(self, cur: Any, sid: int, samples: list[tuple[float, float]]) -> None:
+        """Append to one series. The series' newest stored time is read inside the
+        transaction (with the series row locked where the database allows other writers in
+        at once), so several writers keep one series in order; samples older than it are
+        merged in (:meth:`_merge`)."""
         arr = np.asarray(samples, dtype=np.float64)
         order = np.argsort(arr[:, 0], kind="stable")
         ts, vs = to_stored(arr[order, 0], arr[order, 1])
+        if (
+            self._q(
+                cur, f"SELECT id FROM series WHERE id = ?{self.dialect.for_update}", (sid,)
+            ).fetchone()
+            is None
+        ):
+            raise NotFound(f"no series with id {sid} in {self.url}")
+        row = self._q(
+            cur,
+            "SELECT t_last FROM chunks WHERE series_id = ? ORDER BY t_first DESC LIMIT 1",
+            (sid,),
+        ).fetchone()
+        prow = self._q(
+            cur, "SELECT MAX(t), COUNT(*) FROM pending WHERE series_id = ?", (sid,)
+        ).fetchone()
+        last = max(x for x in (row and row[0], prow[0], -math.inf) if x is not None)
+        pending_n = int(prow[1])
         if ts[0] < last:
-            raise StoreError(
-                f"series {sid}: sample at t={ts[0]:.3f} is older than the last stored "
-                f"sample (t={last:.3f}); samples are append-only"
-            )
+            self._merge(cur, sid, ts, vs)
+            return
         if pending_n + len(ts) < CHUNK_SAMPLES:
-            cur.executemany(
-                self._sql("INSERT INTO pending (series_id, t, value) VALUES (?, ?, ?)"),
-                [(sid, t, v) for t, v in zip(ts.tolist(), vs.tolist(), strict=True)],
-            )
-            return float(ts[-1]), pending_n + len(ts)
+            self._insert_pending(cur, sid, ts, vs)
+            return
         if pending_n:
             pt, pv = self._pending_in(cur, sid, -math.inf, math.inf)
             ts = np.concatenate([pt, ts])
             vs = np.concatenate([pv, vs])
             self._q(cur, "DELETE FROM pending WHERE series_id = ?", (sid,))
+        self._pack(cur, sid, ts, vs)
+
+    def _pack(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
+        """Write sorted samples as whole chunks, the rest as pending rows."""
         full = (len(ts) // CHUNK_SAMPLES) * CHUNK_SAMPLES
         self._write_chunks(cur, sid, ts[:full], vs[:full])
-        rest = list(zip(ts[full:].tolist(), vs[full:].tolist(), strict=True))
-        if rest:
+        self._insert_pending(cur, sid, ts[full:], vs[full:])
+
+    def _insert_pending(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
+        if len(ts):
             cur.executemany(
                 self._sql("INSERT INTO pending (series_id, t, value) VALUES (?, ?, ?)"),
-                [(sid, t, v) for t, v in rest],
+                [(sid, t, v) for t, v in zip(ts.tolist(), vs.tolist(), strict=True)],
             )
-        return float(ts[-1]), len(rest)
+
+    def _merge(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
+        """Merge samples older than the series' newest: every chunk that ends at or after the
+        first of them, and the pending rows, are read, merged in time order (stored samples
+        before new ones at equal times) and written again, so chunks never overlap."""
+        rows = self._q(
+            cur,
+            "SELECT id, data FROM chunks WHERE series_id = ? AND t_last >= ? ORDER BY t_first",
+            (sid, float(ts[0])),
+        ).fetchall()
+        parts_t: list[F64] = []
+        parts_v: list[F64] = []
+        for _cid, data in rows:
+            t, v = decode(bytes(data))
+            parts_t.append(t)
+            parts_v.append(v)
+        pt, pv = self._pending_in(cur, sid, -math.inf, math.inf)
+        all_t = np.concatenate([*parts_t, pt, ts])
+        all_v = np.concatenate([*parts_v, pv, vs])
+        order = np.argsort(all_t, kind="stable")
+        for i in range(0, len(rows), 500):
+            part = [int(r[0]) for r in rows[i : i + 500]]
+            self._q(cur, f"DELETE FROM chunks WHERE id IN ({', '.join('?' * len(part))})", part)
+        self._q(cur, "DELETE FROM pending WHERE series_id = ?", (sid,))
+        self._pack(cur, sid, all_t[order], all_v[order])
 
     def _write_chunks(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
         """Write sorted samples as chunks of at most CHUNK_SAMPLES, split at long gaps."""
@@ -516,22 +842,21 @@ class SQLStore(Store, abc.ABC):
             rows,
         )
 
+    @_retrying
     def compact(self, series_id: int | None = None) -> None:
-        with self._tx() as cur:
+        with self._tx(write=True) as cur:
             if series_id is None:
                 sids = [
                     int(r[0])
                     for r in self._q(cur, "SELECT DISTINCT series_id FROM pending").fetchall()
                 ]
             else:
-                sids = [series_id]
+                sids = [_sql_int(series_id)]
             for sid in sids:
                 ts, vs = self._pending_in(cur, sid, -math.inf, math.inf)
                 if len(ts):
                     self._write_chunks(cur, sid, ts, vs)
                     self._q(cur, "DELETE FROM pending WHERE series_id = ?", (sid,))
-                if sid in self._tail:
-                    self._tail[sid] = (self._tail[sid][0], 0)
 
     def _pending_in(self, cur: Any, sid: int, start: float, end: float) -> tuple[F64, F64]:
         args: list[Any] = [sid]
@@ -548,14 +873,16 @@ class SQLStore(Store, abc.ABC):
         arr = np.asarray(rows, dtype=np.float64)
         return arr[:, 0].copy(), arr[:, 1].copy()
 
+    @_retrying
     def _pending(self, series_id: int, start: float, end: float) -> tuple[F64, F64]:
         with self._tx() as cur:
-            return self._pending_in(cur, series_id, start, end)
+            return self._pending_in(cur, _sql_int(series_id), start, end)
 
+    @_retrying
     def _chunk_summaries(
         self, series_id: int, start: float, end: float
     ) -> list[tuple[int, float, float, int, float, float, float]]:
-        args: list[Any] = [series_id]
+        args: list[Any] = [_sql_int(series_id)]
         stmt = "SELECT id, t_first, t_last, n, vmin, vmax, vsum FROM chunks WHERE series_id = ?"
         if math.isfinite(end):
             stmt += " AND t_first <= ?"
@@ -566,6 +893,7 @@ class SQLStore(Store, abc.ABC):
         with self._tx() as cur:
             return [tuple(r) for r in self._q(cur, stmt + " ORDER BY t_first", args).fetchall()]
 
+    @_retrying
     def _chunk_blobs(self, chunk_ids: Sequence[int], column: str = "data") -> dict[int, bytes]:
         if column not in ("data", "blocks"):
             raise ValueError(f"no chunk column {column!r}")
@@ -580,17 +908,18 @@ class SQLStore(Store, abc.ABC):
                     out[int(cid)] = bytes(data)
         return out
 
+    @_retrying
     def series_extent(self, series_id: int) -> tuple[float, float, int] | None:
         with self._tx() as cur:
             c = self._q(
                 cur,
                 "SELECT MIN(t_first), MAX(t_last), SUM(n) FROM chunks WHERE series_id = ?",
-                (series_id,),
+                (_sql_int(series_id),),
             ).fetchone()
             p = self._q(
                 cur,
                 "SELECT MIN(t), MAX(t), COUNT(*) FROM pending WHERE series_id = ?",
-                (series_id,),
+                (_sql_int(series_id),),
             ).fetchone()
         firsts = [x for x in (c[0], p[0]) if x is not None]
         if not firsts:
@@ -598,6 +927,7 @@ class SQLStore(Store, abc.ABC):
         lasts = [x for x in (c[1], p[1]) if x is not None]
         return float(min(firsts)), float(max(lasts)), int(c[2] or 0) + int(p[2] or 0)
 
+    @_retrying
     def disk_bytes(self) -> dict[str, int]:
         """Bytes of encoded chunk data and pending rows, for benchmarks and `tunescope runs`."""
         with self._tx() as cur:
@@ -607,35 +937,47 @@ class SQLStore(Store, abc.ABC):
         return {"chunk_bytes": int(blob[0]), "chunks": int(blob[1])}
 
     # ------------------------------------------------------------------ events
-    def add_events(self, events: Iterable[Event]) -> int:
-        rows = []
-        spans: dict[tuple[int, str], float] = {}
-        for e in events:
-            data = None if e.data is None else json.dumps(e.data, allow_nan=False)
-            rows.append((e.trial_id, e.kind, e.name, e.step, e.t, e.duration, e.value, data))
-            if e.duration is not None:
-                key = (e.trial_id, e.kind)
-                spans[key] = max(spans.get(key, 0.0), float(e.duration))
-        if not rows:
+    def _insert_events(self, cur: Any, trial_id: int | None, rows: Iterable[EventRow]) -> int:
+        """Insert (kind, t, name, step, duration, value, data) rows of ``trial_id``."""
+        out = []
+        spans: dict[str, float] = {}
+        for kind, t, name, step, duration, value, data in rows:
+            blob = None if data is None else json.dumps(data, allow_nan=False)
+            out.append((trial_id, kind, name, step, t, duration, value, blob))
+            if duration is not None:
+                spans[kind] = max(spans.get(kind, 0.0), float(duration))
+        if not out:
             return 0
+        cur.executemany(
+            self._sql(
+                "INSERT INTO events (trial_id, kind, name, step, t, duration, value, data) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            out,
+        )
         g = self.dialect.greatest
-        with self._tx() as cur:
-            cur.executemany(
-                self._sql(
-                    "INSERT INTO events (trial_id, kind, name, step, t, duration, value, data) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                rows,
+        for kind, dur in spans.items():
+            self._q(
+                cur,
+                "INSERT INTO event_spans (trial_id, kind, max_duration) "
+                "VALUES (?, ?, ?) ON CONFLICT (trial_id, kind) DO UPDATE SET "
+                f"max_duration = {g}(event_spans.max_duration, excluded.max_duration)",
+                (trial_id, kind, dur),
             )
-            for (tid, kind), dur in spans.items():
-                self._q(
-                    cur,
-                    "INSERT INTO event_spans (trial_id, kind, max_duration) "
-                    "VALUES (?, ?, ?) ON CONFLICT (trial_id, kind) DO UPDATE SET "
-                    f"max_duration = {g}(event_spans.max_duration, excluded.max_duration)",
-                    (tid, kind, dur),
-                )
-        return len(rows)
+        return len(out)
+
+    @_retrying
+    def add_events(self, events: Iterable[Event]) -> int:
+        by_trial: dict[int, list[EventRow]] = defaultdict(list)
+        for e in events:
+            by_trial[e.trial_id].append((e.kind, e.t, e.name, e.step, e.duration, e.value, e.data))
+        if not by_trial:
+            return 0
+        try:
+            with self._tx(write=True) as cur:
+                return sum(self._insert_events(cur, tid, rows) for tid, rows in by_trial.items())
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"event data must be JSON values: {exc}") from None
 
     def _event_where(
         self, cur: Any, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
@@ -651,20 +993,22 @@ class SQLStore(Store, abc.ABC):
             args.extend(kinds)
         return where, args
 
+    @_retrying
     def _count_events(
         self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
     ) -> int:
         with self._tx() as cur:
-            where, args = self._event_where(cur, trial_id, start, end, kinds)
+            where, args = self._event_where(cur, _sql_int(trial_id), start, end, kinds)
             return int(
                 self._q(cur, f"SELECT COUNT(*) FROM events WHERE {where}", args).fetchone()[0]
             )
 
+    @_retrying
     def _fetch_events(
         self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
     ) -> list[Event]:
         with self._tx() as cur:
-            where, args = self._event_where(cur, trial_id, start, end, kinds)
+            where, args = self._event_where(cur, _sql_int(trial_id), start, end, kinds)
             rows = self._q(
                 cur,
                 "SELECT trial_id, kind, name, step, t, duration, value, data "
@@ -685,6 +1029,7 @@ class SQLStore(Store, abc.ABC):
             for r in rows
         ]
 
+    @_retrying
     def _bin_events(
         self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None, bins: int
     ) -> list[tuple[str, int, int]]:
@@ -696,7 +1041,7 @@ class SQLStore(Store, abc.ABC):
         b0 = fl.format(x="(t - ?) / ?")
         b1 = fl.format(x="(t + COALESCE(duration, 0) - ?) / ?")
         with self._tx() as cur:
-            where, args = self._event_where(cur, trial_id, start, end, kinds)
+            where, args = self._event_where(cur, _sql_int(trial_id), start, end, kinds)
             rows = self._q(
                 cur,
                 f"SELECT kind, {b0} AS b0, {b1} AS b1, COUNT(*) FROM events WHERE {where} "
@@ -719,26 +1064,35 @@ class SQLStore(Store, abc.ABC):
         return out
 
     # ------------------------------------------------------------------ scalars
-    def add_scalars(self, scalars: Iterable[Scalar]) -> int:
-        rows = [
-            (s.trial_id, s.name, s.step, s.t, float(s.value))
-            for s in scalars
-            if s.value is not None and math.isfinite(s.value)
+    def _insert_scalars(self, cur: Any, trial_id: int, rows: Iterable[ScalarRow]) -> int:
+        out = [
+            (trial_id, name, step, t, float(value))
+            for name, step, t, value in rows
+            if value is not None and math.isfinite(value)
         ]
-        if not rows:
-            return 0
-        with self._tx() as cur:
+        if out:
             cur.executemany(
                 self._sql(
                     "INSERT INTO scalars (trial_id, name, step, t, value) VALUES (?, ?, ?, ?, ?)"
                 ),
-                rows,
+                out,
             )
-        return len(rows)
+        return len(out)
 
+    @_retrying
+    def add_scalars(self, scalars: Iterable[Scalar]) -> int:
+        by_trial: dict[int, list[ScalarRow]] = defaultdict(list)
+        for s in scalars:
+            by_trial[s.trial_id].append((s.name, s.step, s.t, s.value))
+        if not by_trial:
+            return 0
+        with self._tx(write=True) as cur:
+            return sum(self._insert_scalars(cur, tid, rows) for tid, rows in by_trial.items())
+
+    @_retrying
     def scalars(self, trial_id: int, name: str | None = None) -> list[Scalar]:
         stmt = "SELECT trial_id, name, step, t, value FROM scalars WHERE trial_id = ?"
-        args: list[Any] = [trial_id]
+        args: list[Any] = [_sql_int(trial_id)]
         if name is not None:
             stmt += " AND name = ?"
             args.append(name)
@@ -749,11 +1103,24 @@ class SQLStore(Store, abc.ABC):
             for r in rows
         ]
 
+    @_retrying
     def scalar_names(self, trial_id: int) -> list[str]:
         with self._tx() as cur:
             rows = self._q(
                 cur,
                 "SELECT DISTINCT name FROM scalars WHERE trial_id = ? ORDER BY name",
-                (trial_id,),
+                (_sql_int(trial_id),),
             ).fetchall()
         return [r[0] for r in rows]
+
+
+def _sql_int(value: int) -> int:
+    """An id as the databases store it: a number outside 64 bits names nothing (NotFound),
+    rather than a driver's overflow error."""
+    v = int(value)
+    return v if -(2**63) <= v < 2**63 else -1
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

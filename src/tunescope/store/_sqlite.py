@@ -1,15 +1,27 @@
 """The SQLite backend: one file, zero setup. WAL mode, so the sampler process and the
-training process write while the page reads."""
+training process write while the page reads.
+
+Paths are literal: ``?``, ``#``, ``%``, spaces and any unicode are part of the file name (the
+name is percent-encoded into SQLite's URI form). A file that is not a tunescope database is
+recognised before anything is written to it, and left as it was. Write transactions begin
+``IMMEDIATE``, taking the write lock up front, so a transaction never fails half-way on a lock;
+a lock another process holds past the busy timeout raises StoreUnavailable (writers keep what
+they hold and retry). Processes opening one new file at once create its schema once.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from tunescope.errors import SchemaError, StoreError
+from tunescope.errors import NotFound, SchemaError, StoreError, StoreUnavailable
 from tunescope.store._sql import Dialect, SQLStore
+from tunescope.store._url import sqlite_url
 
 SQLITE = Dialect(
     name="sqlite",
@@ -19,45 +31,88 @@ SQLITE = Dialect(
     real_type="REAL",
     greatest="MAX",
     floor_int="CAST({x} AS INTEGER)",
+    for_update="",
 )
+
+BUSY_TIMEOUT_S = 5.0
+"""How long a call waits for a lock another process holds before StoreUnavailable."""
+
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 
 
 class SQLiteStore(SQLStore):
     dialect = SQLITE
 
-    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
-        self.path = Path(path).expanduser().resolve()
-        url = f"sqlite:///{self.path}"
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        create: bool = True,
+        timeout: float | None = None,
+    ) -> None:
+        self.path = Path(os.fspath(path)).expanduser().resolve()
+        self.readonly = readonly
+        self.busy_timeout = BUSY_TIMEOUT_S if timeout is None else float(timeout)
+        url = sqlite_url(self.path)
         parent = self.path.parent
-        if not parent.is_dir():
-            raise StoreError(f"cannot open store {url}: directory {parent} does not exist")
         if self.path.exists():
             if not self.path.is_file():
                 raise StoreError(f"cannot open store {url}: it is not a file")
             if not readonly and not os.access(self.path, os.W_OK):
                 raise StoreError(f"cannot open store {url}: file is not writable")
+        elif readonly or not create:
+            raise NotFound(f"no store at {self.path}")
+        elif not parent.is_dir():
+            raise StoreError(f"cannot open store {url}: directory {parent} does not exist")
         elif not os.access(parent, os.W_OK):
             raise StoreError(f"cannot open store {url}: directory {parent} is not writable")
+        super().__init__(url, create=create and not readonly)
+        if not readonly:
+            self._use_wal()
+
+    def _connect(self) -> Any:
+        uri = f"file:{quote(str(self.path))}{'?mode=ro' if self.readonly else ''}"
         try:
             conn = sqlite3.connect(
-                f"file:{self.path}{'?mode=ro' if readonly else ''}",
+                uri,
                 uri=True,
-                timeout=30.0,
+                timeout=self.busy_timeout,
                 check_same_thread=False,
-                isolation_level="DEFERRED",
+                isolation_level=None,  # transactions are begun explicitly (see _begin)
             )
-            conn.execute("PRAGMA busy_timeout = 30000")
-            if not readonly:
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.DatabaseError as exc:
-            raise self._translate_static(exc, url) from exc
-        super().__init__(url, conn)
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise self._translate_static(exc, self.url) from None
+        return conn
+
+    def _use_wal(self) -> None:
+        """WAL mode (persistent in the file), set once the file is known to be ours."""
+        for attempt in range(20):
+            try:
+                with self._lock:
+                    conn = self._connection()
+                    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+                    if str(mode).lower() != "wal":
+                        conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if _busy(exc) and attempt < 19:
+                    time.sleep(0.05)
+                    continue
+                raise self._translate_static(exc, self.url) from None
+
+    def _begin(self, conn: Any, write: bool) -> Any:
+        cur = conn.cursor()
+        cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        return cur
 
     @staticmethod
     def _translate_static(exc: Exception, url: str) -> StoreError:
         msg = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and _busy(exc):
+            return StoreUnavailable(f"{url} is locked by another process ({msg})")
         if isinstance(exc, sqlite3.DatabaseError) and (
             "not a database" in msg or "malformed" in msg or "corrupt" in msg
         ):
@@ -66,6 +121,10 @@ class SQLiteStore(SQLStore):
             return StoreError(f"{url}: constraint failed ({msg})")
         if "readonly" in msg or "read-only" in msg:
             return StoreError(f"{url} is read-only ({msg})")
+        if isinstance(exc, sqlite3.OperationalError) and (
+            "disk I/O" in msg or "unable to open" in msg or "full" in msg
+        ):
+            return StoreUnavailable(f"{url}: {msg}")
         return StoreError(f"{url}: {msg}")
 
     def _translate(self, exc: Exception) -> StoreError | None:
@@ -73,15 +132,22 @@ class SQLiteStore(SQLStore):
             return self._translate_static(exc, self.url)
         return None
 
-    def _table_names(self) -> set[str]:
-        rows: list[Any] = self._conn.execute(
+    def _table_names(self, cur: Any) -> set[str]:
+        rows: list[Any] = cur.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
         ).fetchall()
         return {r[0] for r in rows}
 
     def disk_bytes(self) -> dict[str, int]:
         out = super().disk_bytes()
-        with self._lock:
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
         out["file_bytes"] = self.path.stat().st_size
         return out
+
+
+def _busy(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and (code & 0xFF) in _BUSY_CODES:
+        return True
+    return "locked" in str(exc) or "busy" in str(exc)

@@ -1,0 +1,353 @@
+"""Batches: what a writer (the SDK's flusher, the sampler, ``tunescope run``) hands the store.
+
+A :class:`Batch` carries everything one writer produced for one trial since its last batch:
+samples by metric and device, events, scalars, and changes to the trial (heartbeat, pids,
+params, its end). :meth:`tunescope.store.Store.write` writes a batch in one transaction and
+**exactly once**: the batch id is remembered with the data, so a batch sent again (a retry
+after a lost connection, a replay from the spool after a crash) is recognised and skipped.
+
+Trials are named by a **key** (a random hex string the writer makes), not by the store's
+integer id, so a trial can start recording while the store is unreachable: the batch carries
+the trial's :class:`TrialSpec`, and whichever batch reaches the store first creates the trial
+(and its run). The JSON form (:meth:`Batch.to_json` / :meth:`Batch.from_json`) is what the
+spool keeps on disk; :meth:`Batch.from_json` checks every field and raises ValueError naming
+the first bad one, so a damaged or foreign record is refused whole.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = [
+    "Batch",
+    "EventRow",
+    "SampleRow",
+    "ScalarRow",
+    "TrialEnd",
+    "TrialSpec",
+    "new_key",
+]
+
+SampleRow = tuple[str, "str | None", "str | None", float, float]
+"""(metric, device, note, t, value): one sample of the series (trial, metric, device); ``note``
+is kept on the series from the first sample that gives one."""
+
+EventRow = tuple[
+    str, float, "str | None", "int | None", "float | None", "float | None", "dict[str, Any] | None"
+]
+"""(kind, t, name, step, duration, value, data)."""
+
+ScalarRow = tuple[str, "int | None", float, float]
+"""(name, step, t, value)."""
+
+_END_STATES = ("completed", "failed", "pruned")
+
+
+def new_key() -> str:
+    """A new random key for a trial or a batch (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """How to create a trial the store has not seen yet: its run (by name, created if new),
+    its name (None: ``trial-<k>``; a name the run already has under another key becomes
+    ``name-2``, ``name-3``…), params (JSON values), host, pids, start time and sampling
+    interval."""
+
+    key: str
+    run: str
+    name: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    host: str = ""
+    pids: tuple[int, ...] = ()
+    start: float = 0.0
+    interval: float = 1.0
+
+    def doc(self) -> dict[str, Any]:
+        """The spec as a JSON object."""
+        return {
+            "key": self.key,
+            "run": self.run,
+            "name": self.name,
+            "params": self.params,
+            "host": self.host,
+            "pids": list(self.pids),
+            "start": self.start,
+            "interval": self.interval,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.doc(), separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_doc(cls, v: Any, where: str = "") -> TrialSpec:
+        """A spec from its JSON object; ValueError names the first bad field."""
+        s = _obj(v, where.rstrip(".") or "spec")
+        return cls(
+            key=_key(s.get("key"), f"{where}key"),
+            run=_text(s.get("run"), f"{where}run", empty=False),
+            name=_opt_text(s.get("name"), f"{where}name"),
+            params=_params(s.get("params", {}), f"{where}params"),
+            host=_text(s.get("host", ""), f"{where}host"),
+            pids=_pids(s.get("pids", []), f"{where}pids"),
+            start=_num(s.get("start"), f"{where}start"),
+            interval=_positive(s.get("interval", 1.0), f"{where}interval"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> TrialSpec:
+        try:
+            doc = json.loads(raw, parse_constant=_no_constant)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"trial spec is not JSON: {exc}") from None
+        return cls.from_doc(doc)
+
+
+@dataclass(frozen=True)
+class TrialEnd:
+    """How a trial ended: ``state`` (completed, failed or pruned) at ``t``. With
+    ``only_if_running`` it changes nothing unless the trial is still running (a sampler that
+    saw the training die defers to an owner that recorded the end)."""
+
+    state: str
+    t: float
+    error: str | None = None
+    exit_code: int | None = None
+    only_if_running: bool = False
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One writer's data for one trial, written in one transaction, exactly once (see the
+    module doc). ``trial`` is the trial's key; ``spec`` creates the trial if the store lacks
+    it. ``heartbeat`` and ``pids`` change a running trial only; ``params`` replace the trial's
+    params; ``end`` ends it."""
+
+    trial: str
+    id: str = field(default_factory=new_key)
+    spec: TrialSpec | None = None
+    samples: tuple[SampleRow, ...] = ()
+    events: tuple[EventRow, ...] = ()
+    scalars: tuple[ScalarRow, ...] = ()
+    heartbeat: float | None = None
+    pids: tuple[int, ...] | None = None
+    params: dict[str, Any] | None = None
+    end: TrialEnd | None = None
+
+    def size(self) -> int:
+        """Items carried (samples, events and scalars), for memory bounds."""
+        return len(self.samples) + len(self.events) + len(self.scalars)
+
+    def with_spec(self, spec: TrialSpec | None) -> Batch:
+        return replace(self, spec=spec)
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> bytes:
+        """The batch as compact JSON (non-finite numbers are not allowed anywhere)."""
+        doc: dict[str, Any] = {"id": self.id, "trial": self.trial}
+        if self.spec is not None:
+            doc["spec"] = self.spec.doc()
+        if self.samples:
+            doc["samples"] = [list(r) for r in self.samples]
+        if self.events:
+            doc["events"] = [list(r) for r in self.events]
+        if self.scalars:
+            doc["scalars"] = [list(r) for r in self.scalars]
+        if self.heartbeat is not None:
+            doc["heartbeat"] = self.heartbeat
+        if self.pids is not None:
+            doc["pids"] = list(self.pids)
+        if self.params is not None:
+            doc["params"] = self.params
+        if self.end is not None:
+            e = self.end
+            doc["end"] = {
+                "state": e.state,
+                "t": e.t,
+                "error": e.error,
+                "exit_code": e.exit_code,
+                "only_if_running": e.only_if_running,
+            }
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Batch:
+        """Parse and check a batch made by :meth:`to_json`; ValueError names what is wrong."""
+        try:
+            doc = json.loads(raw, parse_constant=_no_constant)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"batch is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ValueError("batch must be a JSON object")
+        unknown = set(doc) - {
+            "id",
+            "trial",
+            "spec",
+            "samples",
+            "events",
+            "scalars",
+            "heartbeat",
+            "pids",
+            "params",
+            "end",
+        }
+        if unknown:
+            raise ValueError(f"batch has unknown field {sorted(unknown)[0]!r}")
+        spec = None if doc.get("spec") is None else TrialSpec.from_doc(doc["spec"], "spec.")
+        end = None
+        if doc.get("end") is not None:
+            e = _obj(doc["end"], "end")
+            state = _text(e.get("state"), "end.state")
+            if state not in _END_STATES:
+                raise ValueError(f"end.state must be one of {', '.join(_END_STATES)}")
+            end = TrialEnd(
+                state=state,
+                t=_num(e.get("t"), "end.t"),
+                error=_opt_text(e.get("error"), "end.error"),
+                exit_code=_opt_int(e.get("exit_code"), "end.exit_code"),
+                only_if_running=_bool(e.get("only_if_running", False), "end.only_if_running"),
+            )
+        return cls(
+            trial=_key(doc.get("trial"), "trial"),
+            id=_key(doc.get("id"), "id"),
+            spec=spec,
+            samples=tuple(
+                _sample(r, i) for i, r in enumerate(_list(doc.get("samples"), "samples"))
+            ),
+            events=tuple(_event(r, i) for i, r in enumerate(_list(doc.get("events"), "events"))),
+            scalars=tuple(
+                _scalar(r, i) for i, r in enumerate(_list(doc.get("scalars"), "scalars"))
+            ),
+            heartbeat=None if doc.get("heartbeat") is None else _num(doc["heartbeat"], "heartbeat"),
+            pids=None if doc.get("pids") is None else _pids(doc["pids"], "pids"),
+            params=None if doc.get("params") is None else _params(doc["params"], "params"),
+            end=end,
+        )
+
+
+# ---------------------------------------------------------------------- field checks
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _obj(v: Any, what: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise ValueError(f"{what} must be an object")
+    return v
+
+
+def _list(v: Any, what: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ValueError(f"{what} must be a list")
+    return v
+
+
+def _text(v: Any, what: str, *, empty: bool = True) -> str:
+    if not isinstance(v, str) or (not empty and not v.strip()):
+        raise ValueError(f"{what} must be a {'non-empty ' if not empty else ''}string")
+    return v
+
+
+def _opt_text(v: Any, what: str) -> str | None:
+    return None if v is None else _text(v, what)
+
+
+def _key(v: Any, what: str) -> str:
+    if not isinstance(v, str) or not 1 <= len(v) <= 64 or not v.isprintable():
+        raise ValueError(f"{what} must be a key of 1 to 64 printable characters")
+    return v
+
+
+def _num(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{what} must be a finite number")
+    return float(v)
+
+
+def _positive(v: Any, what: str) -> float:
+    f = _num(v, what)
+    if f <= 0:
+        raise ValueError(f"{what} must be positive")
+    return f
+
+
+def _opt_num(v: Any, what: str) -> float | None:
+    return None if v is None else _num(v, what)
+
+
+def _opt_int(v: Any, what: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or abs(v) >= 2**63:
+        raise ValueError(f"{what} must be an integer")
+    return v
+
+
+def _bool(v: Any, what: str) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{what} must be true or false")
+    return v
+
+
+def _pids(v: Any, what: str) -> tuple[int, ...]:
+    items = _list(v, what)
+    out = []
+    for p in items:
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < 2**31:
+            raise ValueError(f"{what} must be process ids")
+        out.append(p)
+    return tuple(out)
+
+
+def _params(v: Any, what: str) -> dict[str, Any]:
+    return _obj(v, what)
+
+
+def _row(v: Any, n: int, what: str) -> list[Any]:
+    if not isinstance(v, list) or len(v) != n:
+        raise ValueError(f"{what} must be a list of {n} items")
+    return v
+
+
+def _sample(v: Any, i: int) -> SampleRow:
+    r = _row(v, 5, f"samples[{i}]")
+    return (
+        _text(r[0], f"samples[{i}].metric", empty=False),
+        _opt_text(r[1], f"samples[{i}].device"),
+        _opt_text(r[2], f"samples[{i}].note"),
+        _num(r[3], f"samples[{i}].t"),
+        _num(r[4], f"samples[{i}].value"),
+    )
+
+
+def _event(v: Any, i: int) -> EventRow:
+    r = _row(v, 7, f"events[{i}]")
+    data = r[6]
+    if data is not None and not isinstance(data, dict):
+        raise ValueError(f"events[{i}].data must be an object or null")
+    return (
+        _text(r[0], f"events[{i}].kind", empty=False),
+        _num(r[1], f"events[{i}].t"),
+        _opt_text(r[2], f"events[{i}].name"),
+        _opt_int(r[3], f"events[{i}].step"),
+        _opt_num(r[4], f"events[{i}].duration"),
+        _opt_num(r[5], f"events[{i}].value"),
+        data,
+    )
+
+
+def _scalar(v: Any, i: int) -> ScalarRow:
+    r = _row(v, 4, f"scalars[{i}]")
+    return (
+        _text(r[0], f"scalars[{i}].name", empty=False),
+        _opt_int(r[1], f"scalars[{i}].step"),
+        _num(r[2], f"scalars[{i}].t"),
+        _num(r[3], f"scalars[{i}].value"),
+    )

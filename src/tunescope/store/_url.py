@@ -1,0 +1,95 @@
+"""Store URLs: which backend a URL names, and the URL as it may be shown.
+
+A password may be part of a PostgreSQL URL (``postgresql://user:secret@host/db`` or
+``?password=secret``). It is used to connect and nowhere else: :func:`redact` is what every
+message, log line, API answer and spool file shows. Better still, keep it out of the URL:
+``PGPASSWORD`` or a 0600 password file (``~/.pgpass``, ``PGPASSFILE`` or ``?passfile=PATH``)
+are read by the PostgreSQL driver itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+__all__ = ["DEFAULT_STORE", "display", "parse", "redact", "resolve_url", "sqlite_url"]
+
+DEFAULT_STORE = "tunescope.db"
+
+_PASSWORD_PARAMS = frozenset({"password", "sslpassword"})
+
+
+def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
+    """The store URL to use: ``url`` if given, else $TUNESCOPE_STORE, else ./tunescope.db."""
+    if url is not None and str(url) != "":
+        return str(url)
+    return os.environ.get("TUNESCOPE_STORE") or DEFAULT_STORE
+
+
+def parse(target: str) -> tuple[str, str]:
+    """(scheme, rest): ``sqlite`` and a literal file path, ``postgresql`` and the URL, or an
+    unknown scheme as given. A string without ``://`` is a file path, whatever it holds."""
+    scheme, sep, rest = target.partition("://")
+    if not sep:
+        if target.startswith("sqlite:"):
+            return "sqlite", target[len("sqlite:") :]
+        return "sqlite", target
+    if scheme == "sqlite":
+        # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute/path.db
+        return "sqlite", rest[1:] if rest.startswith("/") else rest
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql", target
+    return scheme, target
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    """The URL a SQLite store shows for a file path: ``sqlite:///`` and the absolute path."""
+    return f"sqlite:///{Path(os.fspath(path)).expanduser().resolve()}"
+
+
+def display(url: str) -> str:
+    """``url`` as every message shows it: a SQLite path as :func:`sqlite_url`, anything else
+    :func:`redact`-ed."""
+    scheme, rest = parse(url)
+    if scheme == "sqlite" and rest:
+        return sqlite_url(rest)
+    return redact(url)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (in the user part or a ``password=`` parameter)."""
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return re.sub(r"://[^@/]*@", "://***@", url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        cred, _, host = netloc.rpartition("@")
+        user = cred.split(":", 1)[0]
+        netloc = f"{user}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(k in _PASSWORD_PARAMS for k, _ in pairs):
+            query = urlencode([(k, v) for k, v in pairs if k not in _PASSWORD_PARAMS])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def secret_of(url: str) -> str | None:
+    """The password in ``url``, if any (to scrub it from driver messages)."""
+    if "://" not in url:
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.password:
+        return parts.password
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        if k == "password" and v:
+            return v
+    return None

@@ -1,0 +1,166 @@
+"""Faults to inject, for real: a SQLite lock held by another process, and small readers
+that count what a store kept."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import TracebackType
+
+from tunescope.store import Store, TrialInfo, open_store
+
+_HOLDER = textwrap.dedent(
+    """
+    import sqlite3, sys
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=60)
+    conn.execute("BEGIN EXCLUSIVE")
+    print("locked", flush=True)
+    sys.stdin.readline()
+    conn.execute("COMMIT")
+    print("released", flush=True)
+    """
+)
+
+
+class SqliteLock:
+    """Another process holds an exclusive lock on a SQLite file (``with`` block, or
+    :meth:`hold` / :meth:`release`): every reader and writer of it waits or fails meanwhile."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self.proc: subprocess.Popen[str] | None = None
+
+    def hold(self) -> SqliteLock:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, self.path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "locked"
+        return self
+
+    def release(self) -> None:
+        p, self.proc = self.proc, None
+        if p is None:
+            return
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.stdout.readline()
+        p.wait(timeout=30)
+        p.stdin.close()
+        p.stdout.close()
+
+    def __enter__(self) -> SqliteLock:
+        return self.hold()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def wait_for(check: object, timeout: float = 30.0, every: float = 0.05) -> bool:
+    """Poll ``check()`` until it is true or ``timeout`` s pass; its last answer."""
+    assert callable(check)
+    end = time.monotonic() + timeout
+    while True:
+        if check():
+            return True
+        if time.monotonic() >= end:
+            return bool(check())
+        time.sleep(every)
+
+
+def only_trial(url: str) -> TrialInfo:
+    """The one trial in a store (fails when there are more or none)."""
+    with open_store(url, create=False) as st:
+        trials = [t for r in st.list_runs() for t in st.list_trials(r.id)]
+    assert len(trials) == 1, [t.name for t in trials]
+    return trials[0]
+
+
+def sample_times(st: Store, trial_id: int, metric: str) -> list[float]:
+    """Every stored time of one metric of a trial (all devices, sorted)."""
+    out: list[float] = []
+    for s in st.list_series(trial_id, metric):
+        out.extend(st.read_samples(s.id)[0].tolist())
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------- a training of known shape
+TRAINING = """
+import json, os, sys, time
+import tunescope.record as ts
+
+store, seconds, interval, hold = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+t0 = time.monotonic()
+run = ts.run("faults", store=store or None, interval=interval)
+enter_run = time.monotonic() - t0
+t1 = time.monotonic()
+trial = run.trial("t", params={"lr": 0.1}).__enter__()
+enter = time.monotonic() - t1
+print("started", flush=True)
+marks, longest, k = 0, 0.0, 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    a = time.monotonic()
+    trial.mark(f"m{k}")
+    trial.log(step=k, loss=float(k))
+    longest = max(longest, time.monotonic() - a)
+    marks += 1
+    k += 1
+    time.sleep(0.05)
+t2 = time.monotonic()
+trial.__exit__(None, None, None)
+leave = time.monotonic() - t2
+print(json.dumps({"marks": marks, "enter_run": enter_run, "enter": enter, "leave": leave,
+                  "longest_call": longest, "key": trial.key, "pid": os.getpid()}), flush=True)
+if hold == "hold":
+    sys.stdin.readline()
+"""
+"""A training of known shape: ``mark(f"m{k}")`` and ``log(step=k, loss=k)`` every 50 ms for
+the given seconds, in trial "t" of run "faults"; it prints ``started``, then a JSON line with
+how many marks it made, how long entering and leaving held it, the longest SDK call, and the
+trial's key. Arguments: store URL ('' for $TUNESCOPE_STORE), seconds, interval, and "hold" to
+wait for a line on stdin before exiting."""
+
+
+def start_training(
+    url: str, seconds: float, interval: float = 0.2, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    p = subprocess.Popen(
+        [sys.executable, "-c", TRAINING, url, str(seconds), str(interval), "no"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert p.stdout is not None
+    line = p.stdout.readline().strip()
+    assert line == "started", (line, p.stderr.read() if p.stderr else "")
+    return p
+
+
+def finish_training(p: subprocess.Popen[str], timeout: float = 120) -> dict[str, object]:
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, err
+    import json
+
+    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    result["stderr"] = err
+    return result
+
+
+def gaps(times: list[float]) -> float:
+    """The longest time between two neighbouring samples."""
+    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)

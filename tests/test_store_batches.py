@@ -1,0 +1,205 @@
+"""Store.write(batch) on every backend: exactly once, trials by key, and several writers."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from tunescope.errors import NotFound
+from tunescope.store import Batch, PooledStore, Store, TrialEnd, TrialSpec, new_key, open_store
+from tunescope.store._batch import EventRow
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture(params=["direct", "pooled"])
+def store(store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """Each backend, as one store and as the server's pool of them: one suite for all."""
+    s: Store = (
+        open_store(store_url)
+        if request.param == "direct"
+        else PooledStore(lambda: open_store(store_url), size=3)
+    )
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def spec(run: str = "r", name: str | None = None, key: str | None = None) -> TrialSpec:
+    return TrialSpec(
+        key=key or new_key(),
+        run=run,
+        name=name,
+        params={"lr": 0.1},
+        host="h",
+        pids=(10,),
+        start=T0,
+        interval=0.5,
+    )
+
+
+def test_a_batch_creates_its_trial_and_run_from_the_spec(store: Store) -> None:
+    sp = spec("fresh", "first")
+    tid = store.write(Batch(sp.key, spec=sp, samples=(("cpu.util", None, None, T0 + 1, 50.0),)))
+    info = store.trial_by_key(sp.key)
+    assert info.id == tid and info.name == "first" and info.key == sp.key
+    assert info.params == {"lr": 0.1} and info.interval == 0.5 and info.pids == (10,)
+    assert store.get_run("fresh").trials == 1
+    # the same key again, even with another spec, is the same trial
+    other = TrialSpec(key=sp.key, run="fresh", name="second", start=T0)
+    assert store.write(Batch(sp.key, spec=other)) == tid
+    assert [t.name for t in store.list_trials(info.run_id)] == ["first"]
+
+
+def test_a_batch_without_spec_for_an_unknown_key_is_not_found(store: Store) -> None:
+    with pytest.raises(NotFound):
+        store.write(Batch(new_key(), samples=(("cpu.util", None, None, T0, 1.0),)))
+    assert store.list_runs() == []
+
+
+def test_a_batch_is_written_exactly_once(store: Store) -> None:
+    sp = spec()
+    events: tuple[EventRow, ...] = (("optimizer_step", T0 + 1, "SGD", 1, None, None, None),)
+    b = Batch(
+        sp.key,
+        spec=sp,
+        samples=tuple(("cpu.mem", None, None, T0 + i, float(i)) for i in range(10)),
+        events=events,
+        scalars=(("loss", 1, T0 + 1, 0.5),),
+    )
+    tid = store.write(b)
+    assert store.write(b) == tid  # a retry after a lost connection, a replay from the spool
+    sid = store.list_series(tid, "cpu.mem")[0].id
+    assert len(store.read_samples(sid)[0]) == 10
+    assert store.count_events(tid) == 1
+    assert len(store.scalars(tid)) == 1
+    # a batch with the same content under a new id is new data
+    store.write(Batch(sp.key, events=events))
+    assert store.count_events(tid) == 2
+
+
+def test_taken_names_get_a_suffix_and_default_names_count(store: Store) -> None:
+    a, b, c = spec("n", "x"), spec("n", "x"), spec("n", None)
+    ids = [store.write(Batch(s.key, spec=s)) for s in (a, b, c)]
+    names = [store.get_trial(i).name for i in ids]
+    assert names == ["x", "x-2", "trial-2"]
+
+
+def test_trial_changes_heartbeat_pids_params_and_end(store: Store) -> None:
+    sp = spec()
+    tid = store.write(Batch(sp.key, spec=sp, heartbeat=T0 + 100, pids=(11, 12)))
+    store.write(Batch(sp.key, heartbeat=T0 + 50, pids=(13,)))  # a late replay: never back
+    info = store.get_trial(tid)
+    assert info.heartbeat == T0 + 100 and info.pids == (10, 11, 12, 13)
+    store.write(Batch(sp.key, params={"lr": 0.2, "bs": 4}))
+    assert store.get_trial(tid).params == {"lr": 0.2, "bs": 4}
+    store.write(Batch(sp.key, end=TrialEnd("completed", T0 + 200, exit_code=0)))
+    # a sampler that saw the training die defers to the owner's end
+    store.write(Batch(sp.key, end=TrialEnd("failed", T0 + 300, "gone", only_if_running=True)))
+    store.write(Batch(sp.key, heartbeat=T0 + 400, pids=(99,)))
+    info = store.get_trial(tid)
+    assert (info.state, info.end, info.error) == ("completed", T0 + 200, None)
+    assert store.exit_code(tid) == 0
+    assert info.heartbeat == T0 + 100 and 99 not in info.pids
+
+
+def test_series_notes_are_kept_from_the_first_sample_that_gives_one(store: Store) -> None:
+    sp = spec()
+    tid = store.write(Batch(sp.key, spec=sp, samples=(("gpu.mem", "0", None, T0, 1.0),)))
+    store.write(Batch(sp.key, samples=(("gpu.mem", "0", "device-wide", T0 + 1, 2.0),)))
+    store.write(Batch(sp.key, samples=(("gpu.mem", "0", "other", T0 + 2, 3.0),)))
+    (s,) = store.list_series(tid, "gpu.mem")
+    assert s.note == "device-wide"
+    assert store.read_samples(s.id)[1].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_failed_batch_keeps_nothing_and_can_be_sent_again(store: Store) -> None:
+    sp = spec()
+    bad = Batch(
+        sp.key,
+        spec=sp,
+        samples=(("cpu.util", None, None, T0, 1.0), ("cpu.util", None, None, T0 + 1, math.inf)),
+    )
+    with pytest.raises(Exception, match="finite"):
+        store.write(bad)
+    with pytest.raises(NotFound):
+        store.trial_by_key(sp.key)  # not even the trial
+    good = Batch(sp.key, id=bad.id, spec=sp, samples=(("cpu.util", None, None, T0, 1.0),))
+    tid = store.write(good)
+    assert store.list_series(tid)[0].metric == "cpu.util"
+
+
+def test_threads_sharing_one_store_keep_a_series_in_order(store: Store) -> None:
+    """Four threads append to one series through one store: every sample lands, in order
+    (the lock covers reading the series' end and writing after it)."""
+    sp = spec()
+    tid = store.write(Batch(sp.key, spec=sp))
+    sid = store.series(tid, "cpu.util").id
+    per, threads = 300, 4
+    barrier = threading.Barrier(threads)
+    clock = iter(range(per * threads))
+    clock_lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        barrier.wait()
+        try:
+            for _ in range(per):
+                with clock_lock:
+                    k = next(clock)
+                store.append_samples([(sid, T0 + k * 0.01, float(k))])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors
+    t, v = store.read_samples(sid)
+    assert len(t) == per * threads
+    assert bool(np.all(np.diff(t) > 0)) and sorted(v.tolist()) == v.tolist()
+
+
+def test_two_writers_of_one_trial_each_keep_every_sample(store_url: str) -> None:
+    """The sampler and the flusher write one trial from two connections at once (their own
+    series, shared trial rows): nothing is lost, and the trial is created once."""
+    sp = spec("two")
+    n = 200
+    errors: list[BaseException] = []
+
+    def writer(metric: str) -> None:
+        st = open_store(store_url)
+        try:
+            for i in range(n):
+                st.write(
+                    Batch(
+                        sp.key,
+                        spec=sp,
+                        samples=((metric, None, None, T0 + i, float(i)),),
+                        heartbeat=T0 + i,
+                    )
+                )
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            st.close()
+
+    pool = [threading.Thread(target=writer, args=(m,)) for m in ("cpu.util", "train.throughput")]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors
+    with open_store(store_url) as st:
+        (trial,) = st.list_trials(st.get_run("two").id)
+        for m in ("cpu.util", "train.throughput"):
+            (s,) = st.list_series(trial.id, m)
+            assert st.read_samples(s.id)[1].tolist() == [float(i) for i in range(n)]
+        assert trial.heartbeat == T0 + n - 1

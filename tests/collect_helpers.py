@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from tunescope.store import open_store
+from tunescope.store import Batch, Store, open_store
 
 
 # ---------------------------------------------------------------------- helpers
@@ -66,12 +66,13 @@ def make_trial(url: str) -> int:
 
 
 def sampler_args(url: str, trial: int, pid: int, interval: float) -> list[str]:
+    """The sampler's command line for a trial already in the store (the store itself goes in
+    the environment: see :func:`clean_env`)."""
+    del url  # never on the command line
     return [
         sys.executable,
         "-m",
         "tunescope.collect",
-        "--store",
-        url,
         "--trial",
         str(trial),
         "--pid",
@@ -81,14 +82,33 @@ def sampler_args(url: str, trial: int, pid: int, interval: float) -> list[str]:
     ]
 
 
-def clean_env() -> dict[str, str]:
+def clean_env(url: str | None = None) -> dict[str, str]:
+    """This environment without a GPU replay, with the store ``url`` when given."""
     env = dict(os.environ)
     env.pop("TUNESCOPE_GPU_REPLAY", None)
+    if url is not None:
+        env["TUNESCOPE_STORE"] = url
     return env
 
 
+class StoreSink:
+    """A sampler's sink that writes each batch at once, so a test reads it back right after
+    ``flush()`` (the sampler process uses a Writer, which writes from its own thread)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def put(self, batch: Batch) -> None:
+        self.store.write(batch)
+
+
+def trial_key(url: str, trial: int) -> str:
+    with open_store(url) as s:
+        return s.get_trial(trial).key
+
+
 def start_sampler(procs: list[Proc], url: str, trial: int, pid: int, interval: float) -> Proc:
-    s = Proc(sampler_args(url, trial, pid, interval), env=clean_env())
+    s = Proc(sampler_args(url, trial, pid, interval), env=clean_env(url))
     procs.append(s)
     assert s.expect() == "ready"
     return s

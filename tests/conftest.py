@@ -31,6 +31,15 @@ def _pg_schema_url() -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+@pytest.fixture(autouse=True)
+def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test has a spool folder of its own (its subprocesses inherit it), so that no
+    test replays, or counts, what another one left."""
+    folder = tmp_path / "spool"
+    monkeypatch.setenv("TUNESCOPE_SPOOL", str(folder))
+    return folder
+
+
 BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else [])
 
 

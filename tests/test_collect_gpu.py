@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from collect_helpers import StoreSink
+from tunescope._once import Once
 from tunescope.collect import (
     DEVICE_WIDE_NOTE,
     REPLAY_ENV,
@@ -27,7 +29,7 @@ from tunescope.collect import (
     open_gpu_backend,
 )
 from tunescope.collect._gpuprobe import parse_visible_devices
-from tunescope.collect._once import LOGGER_NAME, OnceLog
+from tunescope.collect._once import LOGGER_NAME
 from tunescope.collect._replay import dump_replay
 from tunescope.errors import CollectError
 from tunescope.metrics import metric
@@ -90,12 +92,14 @@ def run_replay(store: Store, trial: int, pid: int, name: str, times: list[float]
     """Sample a replay in-process at the given replay times; returns the replay document."""
     clock = Clock()
     backend = ReplayBackend.open(name, root_pid=pid, clock=clock)
-    sampler = Sampler(store, trial, pid, 0.2, gpu=backend, log=OnceLog())
+    sampler = Sampler(
+        StoreSink(store), store.get_trial(trial).key, pid, 0.2, gpu=backend, log=Once(LOGGER_NAME)
+    )
     for t in times:
         clock.now = t
         sampler.sample()
         time.sleep(0.06)  # past the final-sample gap, so finish() samples once more
-    sampler.finish(parent_died=False)
+    sampler.finish()
     return load_replay(name)[1]
 
 
@@ -126,14 +130,12 @@ def test_sampler_process_records_the_replayed_gpus(
 ) -> None:
     """$TUNESCOPE_GPU_REPLAY=h200_sft in the real sampler process: both GPUs (one DDP rank
     each, mapped onto the watched process) land in the store in base units."""
-    env = dict(os.environ, **{REPLAY_ENV: "h200_sft"})
+    env = dict(os.environ, **{REPLAY_ENV: "h200_sft", "TUNESCOPE_STORE": sqlite_url})
     s = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "tunescope.collect",
-            "--store",
-            sqlite_url,
             "--trial",
             str(trial),
             "--pid",
@@ -315,14 +317,16 @@ def test_without_pynvml_gpu_metrics_are_absent_said_once(
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
     monkeypatch.delenv(REPLAY_ENV, raising=False)
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
-    log = OnceLog()
+    log = Once(LOGGER_NAME)
     backend = open_gpu_backend(root.pid, log=log)
     assert backend is None
-    sampler = Sampler(store, trial, root.pid, 0.2, gpu=backend, log=log)
+    sampler = Sampler(
+        StoreSink(store), store.get_trial(trial).key, root.pid, 0.2, gpu=backend, log=log
+    )
     for _ in range(4):
         sampler.sample()
         time.sleep(0.06)
-    sampler.finish(parent_died=False)
+    sampler.finish()
     ours = [r for r in caplog.records if r.name.startswith(LOGGER_NAME)]
     assert len(ours) == 1, [r.getMessage() for r in ours]
     assert "no GPU metrics" in ours[0].getMessage() and "pynvml" in ours[0].getMessage()
@@ -348,7 +352,7 @@ def test_nvml_gateway_returns_defaults_and_logs_each_function_once(
     gateway, which answers the default and says so once per function."""
     pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
-    b = NvmlBackend(OnceLog(), nvml=pynvml, init=False)
+    b = NvmlBackend(Once(LOGGER_NAME), nvml=pynvml, init=False)
     assert b._query("nvmlDeviceGetCount", default=0) == 0
     assert b.device_count() == 0
     first = b.read(0)
@@ -380,7 +384,7 @@ def test_nvml_without_a_driver_is_one_line(
         pytest.skip("an NVIDIA driver is present: this tests the machine without one")
     monkeypatch.delenv(REPLAY_ENV, raising=False)
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
-    assert open_gpu_backend(os.getpid(), log=OnceLog()) is None
+    assert open_gpu_backend(os.getpid(), log=Once(LOGGER_NAME)) is None
     assert len(caplog.records) == 1
     assert "NVML cannot start" in caplog.records[0].getMessage()
 

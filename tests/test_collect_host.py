@@ -189,9 +189,10 @@ def test_forked_workers_sharing_a_buffer_count_it_once(sqlite_url: str, procs: l
 TRAINER = """
 import os, subprocess, sys
 url, trial = sys.argv[1], sys.argv[2]
-s = subprocess.Popen([sys.executable, "-m", "tunescope.collect", "--store", url, "--trial",
+s = subprocess.Popen([sys.executable, "-m", "tunescope.collect", "--trial",
                       trial, "--pid", str(os.getpid()), "--interval", "0.2"],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     env=dict(os.environ, TUNESCOPE_STORE=url))
 assert s.stdout.readline() == b"ready\\n"
 print("sampler", s.pid, flush=True)
 sys.stdin.readline()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import signal
@@ -18,8 +19,10 @@ import pytest
 import tunescope.collect
 from collect_helpers import (
     Proc,
+    StoreSink,
     clean_env,
     make_trial,
+    python,
     sampler_args,
     series,
 )
@@ -47,7 +50,7 @@ def test_first_sample_at_once_ready_after_it_and_prompt_stop(
     trial = make_trial(sqlite_url)
     root = sleeper(procs)
     t_launch = time.time()
-    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 5.0), env=clean_env())
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 5.0), env=clean_env(sqlite_url))
     procs.append(s)
     assert s.expect() == "ready"
     t, _ = series(sqlite_url, trial, "cpu.procs")  # already in the store at 'ready'
@@ -79,7 +82,7 @@ def test_busy_or_stopped_training_does_not_skew_sampling(
     trial = make_trial(sqlite_url)
     busy = Proc([sys.executable, "-c", "while True: pass"])
     procs.append(busy)
-    s = Proc(sampler_args(sqlite_url, trial, busy.p.pid, 0.2), env=clean_env())
+    s = Proc(sampler_args(sqlite_url, trial, busy.p.pid, 0.2), env=clean_env(sqlite_url))
     procs.append(s)
     assert s.expect() == "ready"
     t_ready = time.time()
@@ -113,7 +116,7 @@ def test_a_locked_store_delays_writes_not_samples(sqlite_url: str, procs: list[P
 
     trial = make_trial(sqlite_url)
     root = sleeper(procs)
-    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env())
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env(sqlite_url))
     procs.append(s)
     assert s.expect() == "ready"
     conn = sqlite3.connect(sqlite_url, isolation_level=None)
@@ -141,9 +144,10 @@ ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come 
 url, trial = sys.argv[1], sys.argv[2]
 training = '''
 import os, subprocess, sys, time
-s = subprocess.Popen([sys.executable, "-m", "tunescope.collect", "--store", sys.argv[1],
+s = subprocess.Popen([sys.executable, "-m", "tunescope.collect",
                       "--trial", sys.argv[2], "--pid", str(os.getpid()), "--interval", "0.2"],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     env=dict(os.environ, TUNESCOPE_STORE=sys.argv[1]))
 print(s.pid, s.stdout.readline().decode().strip(), flush=True)
 while True:
     time.sleep(1)
@@ -169,15 +173,15 @@ print(json.dumps({"training": t.pid, "ready": word.decode(),
 
 
 def test_killed_training_marks_the_trial_failed(sqlite_url: str) -> None:
-    """SIGKILL of the training process (the sampler's parent) closes the sampler's stdin
-    without 'stop': the sampler takes a final sample, marks the running trial failed with the
-    message, and exits 0."""
+    """SIGKILL of the training process (the sampler's parent and the trial's root): the
+    sampler sees the root end without a 'stop', takes a final sample, marks the running trial
+    failed with the message, and exits 0."""
     trial = make_trial(sqlite_url)
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(HARNESS), sqlite_url, str(trial)],
         capture_output=True,
         timeout=90,
-        env=clean_env(),
+        env=clean_env(sqlite_url),
         check=True,
     )
     result = json.loads(out.stdout.decode().strip().splitlines()[-1])
@@ -196,7 +200,7 @@ def test_killed_training_marks_the_trial_failed(sqlite_url: str) -> None:
 def test_sigint_is_ignored_and_sigterm_stops_in_order(sqlite_url: str, procs: list[Proc]) -> None:
     trial = make_trial(sqlite_url)
     root = sleeper(procs)
-    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env())
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env(sqlite_url))
     procs.append(s)
     assert s.expect() == "ready"
     s.p.send_signal(signal.SIGINT)
@@ -211,21 +215,60 @@ def test_sigint_is_ignored_and_sigterm_stops_in_order(sqlite_url: str, procs: li
     assert info.state == "running" and info.error is None
 
 
-def test_eof_leaves_a_finished_trial_alone(sqlite_url: str, procs: list[Proc]) -> None:
-    """EOF marks the trial failed only while it is still running."""
+def test_eof_alone_stops_nothing_and_a_finished_trial_keeps_its_state(
+    sqlite_url: str, procs: list[Proc]
+) -> None:
+    """End of input is not a stop (the launcher may have died while the training lives on):
+    the sampler goes on while the root lives. When the root ends, a trial someone already
+    finished keeps its state."""
     trial = make_trial(sqlite_url)
     root = sleeper(procs)
-    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env())
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env(sqlite_url))
     procs.append(s)
     assert s.expect() == "ready"
-    with open_store(sqlite_url) as st:
-        st.update_trial(trial, state="completed", end=time.time())
     assert s.p.stdin is not None
     s.p.stdin.close()
+    n = len(series(sqlite_url, trial, "cpu.procs")[0])
+    time.sleep(1.5)
+    assert s.p.poll() is None
+    assert len(series(sqlite_url, trial, "cpu.procs")[0]) > n  # still sampling
+    with open_store(sqlite_url) as st:
+        st.update_trial(trial, state="completed", end=time.time())
+    root.kill()
     assert s.p.wait(timeout=30) == 0
     with open_store(sqlite_url) as st:
         info = st.get_trial(trial)
     assert info.state == "completed" and info.error is None
+
+
+DAEMONIZING = """
+import os, sys, time
+if os.fork() == 0:  # a daemon that outlives the training, holding what it inherited
+    os.setsid()
+    time.sleep(60)
+    os._exit(0)
+time.sleep(1.0)
+"""
+
+
+def test_the_trial_ends_with_its_root_even_if_a_forked_daemon_lingers(
+    sqlite_url: str, procs: list[Proc]
+) -> None:
+    trial = make_trial(sqlite_url)
+    root = Proc(python(DAEMONIZING))
+    procs.append(root)
+    s = Proc(sampler_args(sqlite_url, trial, root.p.pid, 0.2), env=clean_env(sqlite_url))
+    procs.append(s)
+    assert s.expect() == "ready"
+    assert root.p.wait(timeout=30) == 0
+    assert s.p.wait(timeout=30) == 0  # the daemon still runs; the sampler is done
+    with open_store(sqlite_url) as st:
+        info = st.get_trial(trial)
+        daemons = [p for p in info.pids if p != root.p.pid]
+    assert info.state == "failed" and info.error == failure_message(root.p.pid)
+    for pid in daemons:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------- (k) arguments
@@ -233,6 +276,7 @@ def test_interval_under_a_tenth_of_a_second_is_rejected(sqlite_url: str) -> None
     trial = make_trial(sqlite_url)
     out = subprocess.run(
         sampler_args(sqlite_url, trial, os.getpid(), 0.05),
+        env=clean_env(sqlite_url),
         capture_output=True,
         timeout=60,
         stdin=subprocess.DEVNULL,
@@ -243,7 +287,7 @@ def test_interval_under_a_tenth_of_a_second_is_rejected(sqlite_url: str) -> None
     with open_store(sqlite_url) as st:
         assert st.list_series(trial) == []
         with pytest.raises(ConfigError, match=r"at least 0\.1"):
-            Sampler(st, trial, os.getpid(), 0.05)
+            Sampler(StoreSink(st), "k", os.getpid(), 0.05)
     assert MIN_INTERVAL == 0.1
 
 
@@ -251,6 +295,7 @@ def test_unknown_trial_exits_1_without_ready(sqlite_url: str) -> None:
     make_trial(sqlite_url)
     out = subprocess.run(
         sampler_args(sqlite_url, 999, os.getpid(), 1.0),
+        env=clean_env(sqlite_url),
         capture_output=True,
         timeout=60,
         stdin=subprocess.DEVNULL,
@@ -272,7 +317,14 @@ def test_importing_the_package_is_cheap() -> None:
 
 
 def test_collect_imports_only_metrics_store_and_errors() -> None:
-    allowed = ("tunescope.collect", "tunescope.metrics", "tunescope.store", "tunescope.errors")
+    allowed = (
+        "tunescope.collect",
+        "tunescope.metrics",
+        "tunescope.store",
+        "tunescope.errors",
+        "tunescope._once",
+        "tunescope._protocol",
+    )
     for path in COLLECT_DIR.rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from collect_helpers import StoreSink
 from tunescope.analyze import Finding, findings_for_trial
 from tunescope.collect import ReplayBackend, Sampler, load_replay
 from tunescope.store import Event, Store, TrialInfo
@@ -52,7 +53,13 @@ def record(
     clock = [0.0]
     backend = ReplayBackend(doc, root_pid=root, clock=lambda: clock[0])
     sampler = Sampler(
-        store, tr.id, root, 1.0, gpu=backend, wall=lambda: base + clock[0], mono=lambda: clock[0]
+        StoreSink(store),
+        tr.key,
+        root,
+        1.0,
+        gpu=backend,
+        wall=lambda: base + clock[0],
+        mono=lambda: clock[0],
     )
     n = len(doc["frames"])
     for k in range(n):

@@ -158,7 +158,7 @@ def test_one_process_alone_is_an_ordinary_trial(
 ) -> None:
     from tunescope.integrations import distributed as tsd
 
-    for k in ("RANK", "WORLD_SIZE", ts.ENV_TRIAL_ID):
+    for k in ("RANK", "WORLD_SIZE", ts.ENV_TRIAL_KEY):
         monkeypatch.delenv(k, raising=False)
     with tsd.trial(run="alone", params={"k": 1}, store=sqlite_url, sampler=False) as trial:
         assert trial.recording and not trial.attached and not trial.replica
@@ -180,9 +180,8 @@ def test_a_rank_other_than_0_joins_as_a_replica(
     import torch
 
     info = db.create_trial(db.ensure_run("ranks").id, "shared")
-    monkeypatch.setenv(ts.ENV_STORE, sqlite_url)
-    monkeypatch.setenv(ts.ENV_RUN_ID, str(info.run_id))
-    monkeypatch.setenv(ts.ENV_TRIAL_ID, str(info.id))
+    for k, v in ts.trial_env(sqlite_url, "ranks", info.key, 1.0).items():
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("RANK", "1")
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -194,16 +194,15 @@ def test_joins_the_trial_of_tunescope_run(
     """Under ``tunescope run -- python train.py`` the callback records into the command's
     trial and leaves its state to the command."""
     info = db.create_trial(db.ensure_run("cli").id, "cmd")
-    monkeypatch.setenv(ts.ENV_STORE, sqlite_url)
-    monkeypatch.setenv(ts.ENV_RUN_ID, str(info.run_id))
-    monkeypatch.setenv(ts.ENV_TRIAL_ID, str(info.id))
+    for k, v in ts.trial_env(sqlite_url, "cli", info.key, 1.0).items():
+        monkeypatch.setenv(k, v)
     cb = TunescopeCallback("ignored", store=os.devnull)
     tr = trainer(tmp_path, cb, max_epochs=1, enable_checkpointing=False)
     tr.fit(Tiny(), batches(3), batches(1))
     joined = ts.current_trial()
     assert joined is not None and joined.id == info.id and joined.attached
     joined.__exit__(None, None, None)  # the final flush, as at interpreter exit
-    _run._joined.pop(info.id)  # leave no joined trial behind for other tests
+    _run._joined.pop(info.key)  # leave no joined trial behind for other tests
     assert [e.step for e in events(db, info.id, "optimizer_step")] == [1, 2, 3]
     assert db.get_trial(info.id).state == "running"
     assert [r.name for r in db.list_runs()] == ["cli"]

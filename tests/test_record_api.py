@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import tunescope.record as ts
-from tunescope.errors import ConfigError, StoreError
-from tunescope.record import _flush, _state
-from tunescope.store import Store, open_store
+from fault_helpers import wait_for
+from tunescope.errors import ConfigError, StoreError, StoreUnavailable
+from tunescope.record import _state
+from tunescope.store import Batch, Store, TrialSpec, _writer, new_key, open_store, replay, spool_dir
 
 LOGGER = "tunescope.record"
 
@@ -26,24 +27,6 @@ def _warnings(caplog: pytest.LogCaptureFixture, needle: str) -> list[str]:
         for r in caplog.records
         if r.name == LOGGER and r.levelno == logging.WARNING and needle in r.getMessage()
     ]
-
-
-def test_exported_members() -> None:
-    assert sorted(ts.__all__) == sorted(
-        [
-            "ENV_RUN_ID",
-            "ENV_STORE",
-            "ENV_TRIAL_ID",
-            "Run",
-            "SamplerHandle",
-            "Trial",
-            "current_trial",
-            "run",
-            "start_sampler",
-        ]
-    )
-    for name in ts.__all__:
-        assert getattr(ts, name) is not None
 
 
 def test_log_checkpoint_mark_round_trip(
@@ -159,13 +142,15 @@ def test_environment_names_the_trial_and_is_restored(
     monkeypatch.delenv("TUNESCOPE_TRIAL_ID", raising=False)
     monkeypatch.setenv("TUNESCOPE_RUN_ID", "previous")
     with ts.run("env", store=sqlite_url, sampler=False) as run, run.trial() as trial:
+        assert trial.key is not None and os.environ["TUNESCOPE_TRIAL_KEY"] == trial.key
         assert os.environ["TUNESCOPE_TRIAL_ID"] == str(trial.id)
-        assert os.environ["TUNESCOPE_RUN_ID"] == str(run.id)
-        assert os.environ["TUNESCOPE_STORE"] == run.url
+        assert os.environ["TUNESCOPE_RUN"] == "env"
+        assert "TUNESCOPE_RUN_ID" not in os.environ  # an outer trial's ids are not ours
+        assert os.environ["TUNESCOPE_STORE"] == sqlite_url
         # a nested run() in the process that set the variables does not join its own trial
         with ts.run("inner", store=sqlite_url, sampler=False) as inner:
             assert not inner.attached
-    assert "TUNESCOPE_TRIAL_ID" not in os.environ
+    assert "TUNESCOPE_TRIAL_ID" not in os.environ and "TUNESCOPE_TRIAL_KEY" not in os.environ
     assert os.environ["TUNESCOPE_RUN_ID"] == "previous"
 
 
@@ -173,11 +158,11 @@ def test_attach_in_process_when_the_environment_names_a_trial(
     sqlite_url: str, db: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a process started by `tunescope run -- CMD` sees: the variables, no SDK trial."""
-    run_id = db.ensure_run("cli").id
-    owner = db.create_trial(run_id, "cli-trial")
+    spec = TrialSpec(key=new_key(), run="cli", name="cli-trial", start=time.time())
+    owner = db.get_trial(db.write(Batch(spec.key, spec=spec)))
     monkeypatch.setenv("TUNESCOPE_STORE", sqlite_url)
-    monkeypatch.setenv("TUNESCOPE_RUN_ID", str(run_id))
-    monkeypatch.setenv("TUNESCOPE_TRIAL_ID", str(owner.id))
+    monkeypatch.setenv("TUNESCOPE_RUN", "cli")
+    monkeypatch.setenv("TUNESCOPE_TRIAL_KEY", spec.key)
     with ts.run("ignored", sampler=True) as run, run.trial("ignored too") as trial:
         assert run.attached and trial.attached and run.name == "cli"
         assert (trial.id, trial.name) == (owner.id, "cli-trial")
@@ -189,7 +174,7 @@ def test_attach_in_process_when_the_environment_names_a_trial(
 
 
 class FlakyStore:
-    """The flusher's store, made to fail on demand like an unreachable database."""
+    """The trial writer's store, made to fail on demand like an unreachable database."""
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
@@ -204,7 +189,7 @@ class FlakyStore:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
             if self.down:
-                raise StoreError("database is unreachable (test)")
+                raise StoreUnavailable("database is unreachable (test)")
             return attr(*args, **kwargs)
 
         return call
@@ -219,7 +204,7 @@ def test_store_failure_mid_run_never_reaches_training(
         flaky.append(FlakyStore(open_store(url)))
         return flaky[-1]
 
-    monkeypatch.setattr(_flush, "open_store", factory)
+    monkeypatch.setattr(_writer, "open_store", factory)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
@@ -236,12 +221,11 @@ def test_store_failure_mid_run_never_reaches_training(
         run.trial() as trial,
     ):
         steps(50)
-        time.sleep(0.7)  # a flush goes through
+        assert wait_for(lambda: trial.writer is not None and trial.writer.written >= 2)
         flaky[0].down = True
         before = flaky[0].calls
         steps(200)  # the store fails under several flushes
-        time.sleep(1.2)
-        assert flaky[0].calls > before  # the flusher kept trying
+        assert wait_for(lambda: flaky[0].calls > before + 2)  # the writer kept trying
         flaky[0].down = False  # it comes back: what was kept is written
         steps(50)
     assert trial.id is not None
@@ -252,61 +236,74 @@ def test_store_failure_mid_run_never_reaches_training(
     assert len(_warnings(caplog, "is unavailable")) == 1
 
 
-def test_store_down_until_the_end(
-    sqlite_url: str, db: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_store_down_until_the_end_spools_and_loses_nothing(
+    sqlite_url: str, db: Store, spool: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The store never answers this process: the trial runs, its end returns, and everything
+    it recorded (the trial itself, its state, every scalar) is in the spool, written by the
+    next replay (the sampler's, or `tunescope sync`)."""
+
     def factory(url: str) -> Any:
         store = FlakyStore(open_store(url))
         store.down = True
         return store
 
-    monkeypatch.setattr(_flush, "open_store", factory)
-    with (
-        caplog.at_level(logging.WARNING, logger=LOGGER),
-        ts.run("down", store=sqlite_url, sampler=False, interval=0.5) as run,
-        run.trial() as trial,
-    ):
+    monkeypatch.setattr(_writer, "open_store", factory)
+    with ts.run("down", store=sqlite_url, sampler=False, interval=0.5) as run, run.trial() as trial:
         for i in range(20):
             trial.log(step=i, loss=float(i))
-        time.sleep(1.2)
-    assert trial.id is not None
-    assert db.get_trial(trial.id).state == "completed"  # set on the run's own connection
-    assert db.scalars(trial.id) == []
-    assert len(_warnings(caplog, "is unavailable")) == 1
-    assert len(_warnings(caplog, "ended with 20 items not written")) == 1
+        time.sleep(0.6)
+    assert trial.id is None  # the store never answered
+    assert db.list_runs() == [] or db.get_run("down").trials == 0
+    stats = replay(sqlite_url, db.write, root=spool)
+    assert stats.kept == 0 and stats.rejected == 0 and stats.written >= 2
+    (info,) = db.list_trials(db.get_run("down").id)
+    assert info.state == "completed" and info.key == trial.key
+    assert [s.value for s in db.scalars(info.id)] == [float(i) for i in range(20)]
 
 
-def test_rejected_batch_is_dropped_not_retried(
-    sqlite_url: str, db: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_rejected_batch_is_set_aside_not_retried(
+    sqlite_url: str,
+    db: Store,
+    spool: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A batch the store refuses while it otherwise works is dropped (one warning)."""
-    calls = []
+    """A batch the store refuses while it otherwise works is set aside (one warning), never
+    retried; the batches after it land."""
+    refused: list[Batch] = []
 
     def factory(url: str) -> Any:
         store = open_store(url)
+        real = store.write
 
-        def refuse(scalars: Any) -> int:
-            calls.append(1)
-            raise StoreError("constraint failed (test)")
+        def write(batch: Batch) -> int:
+            if any(v == 1.0 for _n, _s, _t, v in batch.scalars):
+                refused.append(batch)
+                raise StoreError("constraint failed (test)")
+            return real(batch)
 
-        store.add_scalars = refuse  # type: ignore[method-assign]
+        store.write = write  # type: ignore[method-assign]
         return store
 
-    monkeypatch.setattr(_flush, "open_store", factory)
+    monkeypatch.setattr(_writer, "open_store", factory)
     with (
         caplog.at_level(logging.WARNING, logger=LOGGER),
         ts.run("reject", store=sqlite_url, sampler=False, interval=0.5) as run,
         run.trial() as trial,
     ):
         trial.log(loss=1.0)
+        assert wait_for(lambda: len(refused) == 1)
         trial.mark("kept")
-        time.sleep(1.2)
         trial.log(loss=2.0)
     assert trial.id is not None
-    assert len(calls) == 2  # each batch once, no retry of a refused one
-    assert len(_warnings(caplog, "rejected the scalars")) == 1
+    assert len(refused) == 1  # no retry of a refused batch
+    assert len(_warnings(caplog, "rejected a batch")) == 1
     ev = db.events(trial.id, 0, time.time() + 1).events
     assert ev is not None and [e.name for e in ev] == ["kept"]
+    assert [s.value for s in db.scalars(trial.id)] == [2.0]
+    aside = list((spool_dir(sqlite_url, spool) / "rejected").iterdir())
+    assert len(aside) == 1 and refused[0].id.encode() in aside[0].read_bytes()
 
 
 def test_torch_cuda_memory_is_sampled_on_the_flusher(
@@ -404,12 +401,12 @@ def test_ctrl_c_while_the_trial_starts(
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_trial, "start_sampler", interrupted)
+    monkeypatch.setattr(_trial, "Supervised", interrupted)
     with ts.run("interrupted", store=sqlite_url) as run:
         trial = run.trial()
         with pytest.raises(KeyboardInterrupt), trial:
             pytest.fail("the block must not run")
-    assert ts.current_trial() is None and "TUNESCOPE_TRIAL_ID" not in os.environ
+    assert ts.current_trial() is None and "TUNESCOPE_TRIAL_KEY" not in os.environ
     assert trial.id is not None
     assert (db.get_trial(trial.id).state, db.get_trial(trial.id).error) == (
         "failed",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import tunescope.record as ts
-from tunescope.store import Store
+from tunescope.store import Batch, Store, TrialSpec, new_key
 
 LOGGER = "tunescope.record"
 
@@ -104,6 +104,7 @@ mode = os.environ["FAKE_SAMPLER_MODE"]
 log = os.environ["FAKE_SAMPLER_LOG"]
 with open(log, "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\\n")
+    f.write("store " + os.environ.get("TUNESCOPE_STORE", "-") + "\\n")
 if mode == "die":
     print("probe exploded", file=sys.stderr)
     sys.exit(3)
@@ -127,14 +128,22 @@ def fake_sampler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
+SPEC = TrialSpec(key="k" * 32, run="r", start=1.0)
+
+
 def test_launcher_protocol(fake_sampler: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler's command line names the trial by key and carries no store URL (it may
+    hold a password): the store comes in the environment, with the trial's spec."""
     monkeypatch.setenv("FAKE_SAMPLER_MODE", "ok")
-    handle = ts.start_sampler("sqlite:////x.db", 7, 1234, 0.5, module="fake_sampler")
+    url = "postgresql://u:secret@db.example/x"
+    handle = ts.start_sampler(url, SPEC, 1234, 0.5, ready_timeout=30, module="fake_sampler")
     assert handle is not None and handle.ready.is_set() and handle.poll() is None
+    assert "secret" not in " ".join(handle.proc.args)  # type: ignore[arg-type]
     assert handle.stop() == 0
     assert handle.stop() == 0  # idempotent
     assert fake_sampler.read_text().splitlines() == [
-        "--store sqlite:////x.db --trial 7 --pid 1234 --interval 0.5",
+        f"--trial-key {SPEC.key} --pid 1234 --interval 0.5",
+        f"store {url}",
         "got stop",
     ]
 
@@ -144,7 +153,9 @@ def test_launcher_sampler_that_dies(
 ) -> None:
     monkeypatch.setenv("FAKE_SAMPLER_MODE", "die")
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert ts.start_sampler("x.db", 1, 1, 1.0, module="fake_sampler") is None
+        assert (
+            ts.start_sampler("x.db", SPEC, 1, 1.0, ready_timeout=30, module="fake_sampler") is None
+        )
     msgs = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert len(msgs) == 1
     assert "exited with code 3" in msgs[0] and "probe exploded" in msgs[0]
@@ -152,28 +163,32 @@ def test_launcher_sampler_that_dies(
 
 def test_launcher_missing_module(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert ts.start_sampler("x.db", 1, 1, 1.0, module="no_such_sampler_mod") is None
+        assert (
+            ts.start_sampler("x.db", SPEC, 1, 1.0, ready_timeout=30, module="no_such_sampler_mod")
+            is None
+        )
     assert len([r for r in caplog.records if r.name == LOGGER]) == 1
 
 
 def test_launcher_slow_and_deaf_samplers(
-    fake_sampler: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    fake_sampler: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Starting waits no longer than asked; stopping never kills a sampler that holds data:
+    a deaf one is left to finish by itself."""
     monkeypatch.setenv("FAKE_SAMPLER_MODE", "slow")
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        slow = ts.start_sampler("x.db", 1, 1, 1.0, ready_timeout=0.2, module="fake_sampler")
-        assert slow is not None and not slow.ready.is_set()  # kept: it is still starting
-        assert slow.ready.wait(10)
-        assert slow.stop() == 0
-        monkeypatch.setenv("FAKE_SAMPLER_MODE", "deaf")
-        deaf = ts.start_sampler("x.db", 1, 1, 1.0, module="fake_sampler")
-        assert deaf is not None
-        t0 = time.monotonic()
-        assert deaf.stop(timeout=0.5) == -signal.SIGKILL
-        assert time.monotonic() - t0 < 5
-    msgs = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-    assert any("not ready after" in m for m in msgs)
-    assert any("did not stop within" in m for m in msgs)
+    slow = ts.start_sampler("x.db", SPEC, 1, 1.0, ready_timeout=0.2, module="fake_sampler")
+    assert slow is not None and not slow.ready.is_set()  # kept: it is still starting
+    assert slow.ready.wait(10)
+    assert slow.stop() == 0
+    monkeypatch.setenv("FAKE_SAMPLER_MODE", "deaf")
+    deaf = ts.start_sampler("x.db", SPEC, 1, 1.0, module="fake_sampler")
+    assert deaf is not None
+    try:
+        assert deaf.stop(timeout=0.5) is None
+        assert deaf.poll() is None  # still alive: never killed with data in hand
+    finally:
+        deaf.proc.kill()
+        assert deaf.wait(10) == -signal.SIGKILL
 
 
 def test_with_the_real_sampler(sqlite_url: str, db: Store) -> None:
@@ -221,15 +236,9 @@ def test_sampler_marks_the_trial_failed_when_training_is_killed(sqlite_url: str,
 def test_tunescope_run_environment_then_sdk(sqlite_url: str, db: Store) -> None:
     """A script using the SDK under a trial owned by another process (as `tunescope run`
     starts it) records into that trial and leaves its state alone."""
-    run_id = db.ensure_run("cli").id
-    owner = db.create_trial(run_id, "cmd", interval=0.5)
-    env = dict(
-        os.environ,
-        TUNESCOPE_STORE=sqlite_url,
-        TUNESCOPE_RUN_ID=str(run_id),
-        TUNESCOPE_TRIAL_ID=str(owner.id),
-        TUNESCOPE_INTERVAL="0.5",
-    )
+    spec = TrialSpec(key=new_key(), run="cli", name="cmd", start=time.time(), interval=0.5)
+    owner = db.get_trial(db.write(Batch(spec.key, spec=spec)))
+    env = dict(os.environ, **ts.trial_env(sqlite_url, "cli", spec.key, 0.5))
     code = """
         import tunescope.record as ts
         with ts.run() as run, run.trial() as trial:

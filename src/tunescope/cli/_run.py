@@ -1,21 +1,57 @@
-"""`tunescope run -- CMD`: run any command as a trial, with no change to its code."""
+"""`tunescope run -- CMD`: run any command as a trial, with no change to its code.
+
+The wrapper is transparent: it exits with the command's code (128 + N after signal N), never
+leaves the command without a parent waiting for it, and never holds it up for the store.
+
+Processes: the wrapper starts the sampler in run mode (``--exec``), which starts the command
+first thing and is its parent, so the command's end and exit code are recorded whoever else
+dies; the sampler reports ``pid N`` and ``exit CODE`` on a pipe (``tunescope/_protocol.py``).
+The wrapper is a child subreaper: if the sampler dies, the command becomes the wrapper's
+child, the wrapper starts a watch-mode sampler on it (the gap is recorded) and reaps the
+command itself. If the wrapper dies, the sampler goes on and records the command's real end.
+
+Signals: Ctrl-C in a terminal reaches the command directly (it is in the foreground process
+group), so the wrapper does not send it again; a signal sent to the wrapper alone (``kill``)
+is forwarded to the command once. The wrapper tells them apart by the signal's origin
+(``si_code``): the terminal's come from the kernel.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import math
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
-from tunescope.errors import ConfigError
-from tunescope.record._launch import start_sampler
-from tunescope.store import open_store, resolve_url
+import tunescope._protocol as protocol
+from tunescope.collect._spawn import spawn
+from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
+from tunescope.record import (
+    ENTER_WAIT_S,
+    MAX_RESTARTS,
+    Background,
+    SamplerHandle,
+    start_sampler,
+    trial_env,
+)
+from tunescope.store import Batch, TrialSpec, new_key, open_store, redact, resolve_url
+
+__all__ = ["absolute_store_url", "parse_params", "run_command"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_SI_KERNEL = 0x80
+"""``si_code`` of a signal the kernel sent: the terminal's Ctrl-C, Ctrl-\\ or hang-up."""
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
@@ -30,10 +66,23 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
         if key in out:
             raise ConfigError(f"--param {key!r} given twice")
         try:
-            out[key] = json.loads(raw)
+            value = json.loads(raw)
         except ValueError:
-            out[key] = raw
+            value = raw
+        if not _finite(value):
+            raise ConfigError(f"--param {key}={raw}: not a finite number (NaN and infinity)")
+        out[key] = value
     return out
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
 
 
 def absolute_store_url(url: str | None) -> str:
@@ -43,6 +92,26 @@ def absolute_store_url(url: str | None) -> str:
     if "://" in target or target.startswith("sqlite:"):
         return target
     return os.path.abspath(target)
+
+
+def _subreaper() -> bool:
+    """Become the parent of any orphan among our descendants (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _create_trial(url: str, spec: TrialSpec) -> tuple[int, str]:
+    """Create the trial; a ``--trial`` name its run already has is refused (Conflict)."""
+    with open_store(url) as st:
+        if spec.name is not None:
+            with contextlib.suppress(NotFound):
+                taken = st.find_trial(st.get_run(spec.run).id, spec.name)
+                raise Conflict(f"run {spec.run!r} already has a trial named {taken.name!r}")
+        tid = st.write(Batch(spec.key, spec=spec))
+        return tid, st.get_trial(tid).name
 
 
 def run_command(
@@ -57,65 +126,241 @@ def run_command(
     """Run ``cmd`` as a trial; returns its exit code (128 + N when killed by signal N).
 
     Everything that can be checked is checked before anything is written: the parameters,
-    the command, the interval and the store."""
+    the command, the interval and the store (a store that does not answer within
+    ENTER_WAIT_S is not waited for: the command starts and its data is spooled)."""
     if not cmd:
         raise ConfigError("no command given: use tunescope run [OPTIONS] -- CMD [ARGS...]")
     parsed = parse_params(params)
-    if not 0.1 <= interval <= 3600:
+    if not (math.isfinite(interval) and 0.1 <= interval <= 3600):
         raise ConfigError(f"--interval {interval} is out of range: use 0.1 to 3600 seconds")
-    exe = shutil.which(cmd[0])
-    if exe is None:
+    if shutil.which(cmd[0]) is None:
         raise ConfigError(f"command not found: {cmd[0]}")
     url = absolute_store_url(store)
-    st = open_store(url)
-    try:
-        run_name = run or f"{os.path.basename(cmd[0])}-{time.strftime('%Y%m%d-%H%M%S')}"
-        info = st.ensure_run(run_name)
-        tr = st.create_trial(info.id, trial, parsed, host=socket.gethostname(), interval=interval)
-        env = dict(
-            os.environ,
-            TUNESCOPE_STORE=url,
-            TUNESCOPE_RUN_ID=str(info.id),
-            TUNESCOPE_TRIAL_ID=str(tr.id),
-            TUNESCOPE_INTERVAL=str(interval),
+    run_name = run or f"{os.path.basename(cmd[0])}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not run_name.strip():
+        raise ConfigError("--run must not be empty")
+    spec = TrialSpec(
+        key=new_key(),
+        run=run_name,
+        name=trial,
+        params=parsed,
+        host=socket.gethostname(),
+        start=time.time(),
+        interval=interval,
+    )
+    probe = Background(lambda: _create_trial(url, spec), "tunescope-run-probe")
+    probe.wait(ENTER_WAIT_S)
+    err = probe.error
+    if isinstance(err, ConfigError):
+        raise err
+    if isinstance(err, StoreError) and not isinstance(err, StoreUnavailable):
+        raise err  # a store that can never take this trial: bad input, nothing started
+    if probe.value is not None:
+        tid, name = probe.value
+        print(f"tunescope: run {run_name!r} trial {name!r} -> {redact(url)}", file=sys.stderr)
+    else:
+        tid = None
+        why = err if err is not None else f"no answer within {ENTER_WAIT_S:g} s"
+        print(
+            f"tunescope: run {run_name!r} -> {redact(url)}: the store does not answer ({why}); "
+            "the command starts, its data waits in the spool until the store is back",
+            file=sys.stderr,
         )
-        print(f"tunescope: run {run_name!r} trial {tr.name!r} -> {url}", file=sys.stderr)
-        try:
-            child = subprocess.Popen([exe, *cmd[1:]], env=env)
-        except OSError as exc:
-            st.update_trial(
-                tr.id, state="failed", end=time.time(), error=f"could not start {cmd[0]}: {exc}"
-            )
-            raise ConfigError(f"could not start {cmd[0]}: {exc}") from None
-        st.update_trial(tr.id, pids=[child.pid])
-        sampler = start_sampler(url, tr.id, child.pid, interval)
-        forwarded: list[int] = []
+    env = dict(os.environ)
+    env.update(trial_env(url, run_name, spec.key, interval, trial_id=tid))
+    env[protocol.ENV_SPEC] = spec.to_json()
+    return _Wrapper(cmd, url, spec, env).run()
 
-        def forward(signum: int, _frame: object) -> None:
-            forwarded.append(signum)
-            try:
-                child.send_signal(signum)
-            except ProcessLookupError:
-                pass
 
-        old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+class _Wrapper:
+    """Starts the sampler in run mode and supervises it until the command ends."""
+
+    def __init__(self, cmd: Sequence[str], url: str, spec: TrialSpec, env: dict[str, str]):
+        self.cmd = list(cmd)
+        self.url = url
+        self.spec = spec
+        self.env = env
+        self.child: int | None = None
+        self.code: int | None = None
+        self.watcher: SamplerHandle | None = None
+        self.restarts = 0
+        self.alive_at = time.time()
+        self.log: IO[bytes] | None = None
+        self._buf = b""
+        self._pending_signals: list[int] = []
+
+    def run(self) -> int:
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        reaper = _subreaper()
         try:
-            rc = child.wait()
+            sampler = self._start_sampler()
+            while self.code is None:
+                self._signals()
+                if sampler is not None:
+                    self._read_status()
+                    if self.code is None and sampler.poll() is not None:
+                        self._read_status(final=True)
+                        if self.code is None:
+                            self._sampler_died(sampler.returncode, reaper)
+                        sampler = None
+                elif self.child is not None:
+                    self._reap_child()
+                    self._supervise_watcher()
+            if self.watcher is not None:
+                self.watcher.send_exit(self.code)
+            return self.code
         finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-            if sampler is not None:
-                sampler.stop()
-        code = 128 - rc if rc < 0 else rc
-        if rc == 0:
-            st.update_trial(tr.id, state="completed", end=time.time(), exit_code=0)
-        else:
-            why = (
-                f"killed by signal {signal.Signals(-rc).name}"
-                if rc < 0
-                else f"exited with code {rc}"
-            )
-            st.update_trial(tr.id, state="failed", end=time.time(), error=why, exit_code=code)
-        return code
-    finally:
-        st.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            self._say_sampler_log()
+
+    # ------------------------------------------------------------------ starting
+    def _start_sampler(self) -> subprocess.Popen[bytes] | None:
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        self.status_r = r
+        err = os.dup(2)
+        self.log = tempfile.TemporaryFile(prefix="tunescope-run-")  # noqa: SIM115
+        args = [
+            sys.executable,
+            "-m",
+            protocol.MODULE,
+            "--trial-key",
+            self.spec.key,
+            "--interval",
+            repr(float(self.spec.interval)),
+            "--status-fd",
+            str(w),
+            "--stderr-fd",
+            str(err),
+            "--exec",
+            "--",
+            *self.cmd,
+        ]
+        try:
+            return subprocess.Popen(args, pass_fds=(w, err), stderr=self.log, env=self.env)
+        except OSError as exc:
+            print(f"tunescope: cannot start the sampler ({exc}); running without", file=sys.stderr)
+            self._start_alone()
+            return None
+        finally:
+            os.close(w)
+            os.close(err)
+
+    def _start_alone(self) -> None:
+        """Start the command ourselves (the sampler could not start it)."""
+        env = dict(self.env)
+        env.pop(protocol.ENV_SPEC, None)
+        old = dict(os.environ)
+        try:
+            os.environ.clear()
+            os.environ.update(env)
+            self.child = spawn(self.cmd, None, protocol.ENV_SPEC)
+        except OSError as exc:
+            print(f"tunescope: could not start {self.cmd[0]}: {exc}", file=sys.stderr)
+            self.code = 127
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        if self.child is not None:
+            self._start_watcher()
+
+    def _start_watcher(self, gap_since: float | None = None) -> None:
+        assert self.child is not None
+        self.watcher = start_sampler(
+            self.url, self.spec, self.child, self.spec.interval, gap_since=gap_since
+        )
+
+    # ------------------------------------------------------------------ the loop
+    def _signals(self) -> None:
+        info = signal.sigtimedwait(_SIGNALS, 0.05)
+        if info is None:
+            return
+        if info.si_signo != signal.SIGTERM and info.si_code == _SI_KERNEL:
+            return  # from the terminal: the command, in the foreground group, has it too
+        if self.child is None:
+            self._pending_signals.append(info.si_signo)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.child, info.si_signo)
+
+    def _read_status(self, final: bool = False) -> None:
+        while True:
+            try:
+                chunk = os.read(self.status_r, 4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if not chunk:
+                return
+            self._buf += chunk
+            *lines, self._buf = self._buf.split(b"\n")
+            for line in lines:
+                word, _, arg = line.decode(errors="replace").partition(" ")
+                if word == protocol.PID and arg.isdigit():
+                    self.child = int(arg)
+                    for sig in self._pending_signals:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(self.child, sig)
+                    self._pending_signals.clear()
+                elif word == protocol.EXIT and arg.lstrip("-").isdigit():
+                    self.code = int(arg)
+            if not final:
+                self.alive_at = time.time()
+
+    def _sampler_died(self, returncode: int | None, reaper: bool) -> None:
+        """The run-mode sampler ended before the command: the command is now our child."""
+        print(
+            f"tunescope: the sampler died (code {returncode}); the command goes on, "
+            "watched by a new sampler",
+            file=sys.stderr,
+        )
+        if self.child is None:  # it never started the command
+            self._start_alone()
+            return
+        if not reaper:
+            print("tunescope: cannot adopt the command (no subreaper)", file=sys.stderr)
+        self.restarts += 1
+        self._start_watcher(gap_since=self.alive_at)
+
+    def _reap_child(self) -> None:
+        assert self.child is not None
+        try:
+            pid, status = os.waitpid(self.child, os.WNOHANG)
+        except ChildProcessError:  # not ours (no subreaper): poll for its end
+            try:
+                os.kill(self.child, 0)
+            except ProcessLookupError:
+                self.code = 1
+            except PermissionError:
+                pass
+            return
+        if pid:
+            self.code = protocol.exit_code_of(status)
+
+    def _supervise_watcher(self) -> None:
+        w = self.watcher
+        if w is None or self.code is not None:
+            return
+        if w.poll() is None:
+            self.alive_at = time.time()
+            return
+        if self.restarts >= MAX_RESTARTS:
+            self.watcher = None
+            print("tunescope: the sampler keeps dying; hardware series stop", file=sys.stderr)
+            return
+        self.restarts += 1
+        self._start_watcher(gap_since=self.alive_at)
+
+    def _say_sampler_log(self) -> None:
+        """What the sampler said so far (warnings about the store, the spool)."""
+        f = self.log
+        if f is None:
+            return
+        with contextlib.suppress(OSError):
+            size = os.fstat(f.fileno()).st_size
+            text = os.pread(f.fileno(), min(size, 4000), max(0, size - 4000))
+            for line in text.decode(errors="replace").strip().splitlines()[-5:]:
+                print(line, file=sys.stderr)
+        with contextlib.suppress(OSError):
+            f.close()

@@ -18,7 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tunescope.collect._once import OnceLog
+from tunescope._once import Once
+from tunescope.collect._once import LOGGER_NAME
 from tunescope.errors import CollectError
 
 if TYPE_CHECKING:
@@ -114,10 +115,10 @@ class NvmlBackend:
     cannot be initialised (no driver, no GPU); after that, no method raises.
     """
 
-    def __init__(self, log: OnceLog | None = None, *, nvml: Any = None, init: bool = True) -> None:
+    def __init__(self, log: Once | None = None, *, nvml: Any = None, init: bool = True) -> None:
         """``nvml``: the ``pynvml`` module to call (default: import it); ``init=False``
         skips ``nvmlInit`` (tests of the gateway's error path)."""
-        self._log = log or OnceLog()
+        self._log = log or Once(LOGGER_NAME)
         if nvml is None:
             try:
                 import pynvml
@@ -305,7 +306,7 @@ def _num(v: Any) -> float | None:
 def open_gpu_backend(
     root_pid: int | None = None,
     *,
-    log: OnceLog | None = None,
+    log: Once | None = None,
     replay: str | None = None,
     clock: Callable[[], float] | None = None,
 ) -> GpuBackend | None:
@@ -316,7 +317,7 @@ def open_gpu_backend(
     ``clock`` (monotonic seconds) drives replay time, for tests.
     A replay that cannot be read raises CollectError: it was asked for explicitly.
     """
-    log = log or OnceLog()
+    log = log or Once(LOGGER_NAME)
     source = replay if replay else os.environ.get(REPLAY_ENV)
     if source:
         from tunescope.collect._replay import ReplayBackend

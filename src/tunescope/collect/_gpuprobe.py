@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from tunescope._once import Once
 from tunescope.collect._gpu import GpuBackend, GpuInfo, GpuReading
-from tunescope.collect._once import OnceLog
+from tunescope.collect._once import LOGGER_NAME
 
 __all__ = ["DEVICE_WIDE_NOTE", "GPU_METRICS", "GpuProbe", "GpuValue", "parse_visible_devices"]
 
@@ -99,11 +100,11 @@ class GpuProbe:
         backend: GpuBackend,
         root_pid: int,
         *,
-        log: OnceLog | None = None,
+        log: Once | None = None,
         proc: Path = Path("/proc"),
     ) -> None:
         self.backend = backend
-        self._log = log or OnceLog()
+        self._log = log or Once(LOGGER_NAME)
         self._proc = proc
         self.infos: list[GpuInfo] = []
         try:

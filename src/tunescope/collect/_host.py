@@ -36,8 +36,9 @@ from pathlib import Path
 
 import psutil
 
+from tunescope._once import Once
 from tunescope.collect._cgroup import affinity_cores, cpu_limit, memory_limit
-from tunescope.collect._once import OnceLog
+from tunescope.collect._once import LOGGER_NAME
 
 __all__ = ["HOST_METRICS", "HostProbe", "ProcInfo"]
 
@@ -80,12 +81,12 @@ class HostProbe:
         *,
         exclude_pid: int | None = None,
         proc: Path = Path("/proc"),
-        log: OnceLog | None = None,
+        log: Once | None = None,
     ) -> None:
         self.root_pid = root_pid
         self.exclude_pid = os.getpid() if exclude_pid is None else exclude_pid
         self._proc = proc
-        self._log = log or OnceLog()
+        self._log = log or Once(LOGGER_NAME)
         self._root: psutil.Process | None
         try:
             self._root = psutil.Process(root_pid)

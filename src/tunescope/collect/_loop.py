@@ -1,4 +1,5 @@
-"""The sampling loop: probes → batched store writes, on a fixed schedule, until told to stop.
+"""The sampling loop: probes → batches for the trial's writer, on a fixed schedule, until told
+to stop or the trial's root process ends.
 
 Timing: the first sample is taken at once; sample ``k`` is due ``k x interval`` seconds after
 it on the monotonic clock, so delays never accumulate (a sample that comes late is followed by
@@ -6,47 +7,57 @@ the next one on schedule; slots missed entirely are skipped). Waiting is
 ``threading.Event.wait``, so a stop request is acted on at once. Stored times are wall-clock
 UNIX seconds taken at the start of each sample, strictly increasing.
 
-Writes: samples are buffered and written by a writer thread with one ``append_samples`` every
-``flush_every`` seconds (1 s), so the store's latency never delays a sample; each flush also
-refreshes the trial's heartbeat and, when the set grew, its pids (every pid ever seen in the
-tree), both ``only_if_running``. A failed write keeps its samples for the next flush (up to
-:data:`MAX_PENDING`) and is logged once.
+Writes: every ``flush_every`` seconds (1 s) the buffered samples go to the writer as one batch
+with the trial's heartbeat and, when the set grew, its pids (every pid ever seen in the tree).
+Handing a batch over never waits for the store: the writer (``store/_writer.py``) sends it
+from its own thread, and keeps it (in memory, then in the spool) while the store is away.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
+import psutil
+
+from tunescope._once import Once
 from tunescope.collect._gpu import GpuBackend
 from tunescope.collect._gpuprobe import GpuProbe
 from tunescope.collect._host import HostProbe
-from tunescope.collect._once import OnceLog
-from tunescope.errors import ConfigError, StoreError
+from tunescope.collect._once import LOGGER_NAME
+from tunescope.errors import ConfigError
 from tunescope.metrics import metric as catalog_metric
-from tunescope.store import Store
+from tunescope.store import Batch, EventRow, SampleRow, TrialEnd
 
-__all__ = ["MAX_PENDING", "MIN_INTERVAL", "Sampler", "StdinWatch", "StopSignal", "failure_message"]
+__all__ = [
+    "MIN_INTERVAL",
+    "Root",
+    "Sampler",
+    "Sink",
+    "StdinWatch",
+    "StopSignal",
+    "end_of",
+    "failure_message",
+]
 
 MIN_INTERVAL = 0.1
 """The shortest sampling interval accepted, seconds."""
 
-MAX_PENDING = 500_000
-"""Rows kept for retry while the store cannot be written; the oldest go first beyond it."""
-
-_WRITER_JOIN_S = 30.0
-"""How long stopping waits for a write in progress before the final flush."""
-
-_Value = tuple[str, str | None, str | None, float, float]
-"""(metric, device, note, t, value): a sample not yet written."""
-
 _FINAL_MIN_GAP = 0.05
 """A final sample closer than this (s) to the previous one is not taken: rates over a few
 milliseconds are mostly clock-tick noise."""
+
+
+class Sink(Protocol):
+    """Where batches go: a :class:`~tunescope.store.Writer` (``put`` never blocks)."""
+
+    def put(self, batch: Batch) -> None: ...
 
 
 def failure_message(root_pid: int) -> str:
@@ -54,28 +65,49 @@ def failure_message(root_pid: int) -> str:
     return f"training process {root_pid} ended without closing the trial (killed or crashed)"
 
 
+def end_of(code: int, t: float) -> TrialEnd:
+    """How a trial whose command ended with ``code`` (a shell's: 128 + N for signal N) ended."""
+    if code == 0:
+        return TrialEnd("completed", t, exit_code=0)
+    if code > 128:
+        import signal
+
+        try:
+            why = f"killed by signal {signal.Signals(code - 128).name}"
+        except ValueError:
+            why = f"exited with code {code}"
+    else:
+        why = f"exited with code {code}"
+    return TrialEnd("failed", t, why, exit_code=code)
+
+
 class StopSignal:
-    """Why and when to stop: ``stop`` (orderly: stdin line or SIGTERM) or ``eof`` (stdin
-    closed without ``stop``: the parent died). The first reason given wins."""
+    """Why and when to stop: ``stop`` (orderly: a stdin line or SIGTERM), ``exit`` (the root
+    ended with :attr:`code`, as the launcher says), ``root`` (the root process ended). The
+    first reason given wins. :attr:`eof` records that stdin closed, which alone stops
+    nothing."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.reason: str | None = None
+        self.code: int | None = None
+        self.eof = False
         self._lock = threading.Lock()
 
-    def request(self, reason: str) -> None:
+    def request(self, reason: str, code: int | None = None) -> None:
         with self._lock:
             if self.reason is None:
                 self.reason = reason
+                self.code = code
         self.event.set()
 
 
 class StdinWatch(threading.Thread):
-    """Reads the stop protocol from a file descriptor (stdin): a line ``stop`` asks for an
-    orderly stop, end of file without it means the parent died. Reads the raw descriptor, so
-    the thread never holds a Python-level lock at interpreter exit."""
+    """Reads the stop protocol from a file descriptor (stdin): ``stop``, ``exit CODE``; end of
+    file is noted and stops nothing. Reads the raw descriptor, so the thread never holds a
+    Python-level lock at interpreter exit."""
 
-    def __init__(self, fd: int, stop: StopSignal, log: OnceLog) -> None:
+    def __init__(self, fd: int, stop: StopSignal, log: Once) -> None:
         super().__init__(name="tunescope-stdin", daemon=True)
         self._fd = fd
         self._stop_signal = stop
@@ -90,7 +122,7 @@ class StdinWatch(threading.Thread):
                 self._log("stdin", "cannot read stdin (%s): stop the sampler with SIGTERM", exc)
                 return
             if not chunk:
-                self._stop_signal.request("eof")
+                self._stop_signal.eof = True
                 return
             buf += chunk
             *lines, buf = buf.split(b"\n")
@@ -99,36 +131,100 @@ class StdinWatch(threading.Thread):
                 if word == "stop":
                     self._stop_signal.request("stop")
                     return
+                head, _, arg = word.partition(" ")
+                if head == "exit":
+                    try:
+                        code = int(arg)
+                    except ValueError:
+                        self._log("stdin-exit", "ignoring %r on stdin (exit CODE)", word)
+                        continue
+                    self._stop_signal.request("exit", code)
+                    return
                 if word:
-                    self._log(
-                        "stdin-word", "ignoring %r on stdin (only 'stop' is understood)", word
-                    )
+                    self._log("stdin-word", "ignoring %r on stdin (only stop and exit CODE)", word)
+
+
+class Root:
+    """The trial's root process: whether it ended, and with what code when it is this
+    process's child (``tunescope run``'s command). A child is reaped by a thread of its own
+    that requests ``root`` on ``stop`` at once; another process is polled each sample."""
+
+    def __init__(self, pid: int, *, child: bool = False, stop: StopSignal | None = None) -> None:
+        self.pid = pid
+        self.child = child
+        self.code: int | None = None
+        self.ended_at: float | None = None
+        self._proc: psutil.Process | None
+        try:
+            self._proc = psutil.Process(pid)
+        except psutil.Error:
+            self._proc = None
+        if child:
+            threading.Thread(
+                target=self._reap, args=(stop,), name="tunescope-reaper", daemon=True
+            ).start()
+
+    def _reap(self, stop: StopSignal | None) -> None:
+        from tunescope._protocol import exit_code_of
+
+        while True:
+            try:
+                _pid, status = os.waitpid(self.pid, 0)
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                status = 0
+            break
+        self.code = exit_code_of(status)
+        self.ended_at = time.time()
+        if stop is not None:
+            stop.request("root")
+
+    def ended(self) -> bool:
+        if self.child:
+            return self.ended_at is not None
+        if self.ended_at is not None:
+            return True
+        p = self._proc
+        gone = p is None
+        if p is not None:
+            try:
+                gone = not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            except psutil.Error:  # another user's process (hidepid): it exists
+                gone = False
+        if gone:
+            self.ended_at = time.time()
+        return gone
 
 
 class Sampler:
-    """Samples one trial's process tree (and its GPUs) into ``store``.
+    """Samples one trial's process tree (and its GPUs) into batches for ``sink``.
 
-    ``root_pid`` is the training process; ``interval`` in seconds (>= :data:`MIN_INTERVAL`);
-    ``gpu`` the GPU backend or None for none. Call :meth:`sample` and :meth:`flush` directly,
-    or :meth:`run` for the scheduled loop, then :meth:`finish`.
+    ``key`` names the trial; ``root_pid`` is the training process; ``interval`` in seconds
+    (>= :data:`MIN_INTERVAL`); ``gpu`` the GPU backend or None for none; ``gap_since``: this
+    sampler replaces one that died, seen alive last at that time: the first sample records a
+    ``sampler_gap`` event over the time without samples. Call :meth:`sample` and
+    :meth:`flush` directly, or :meth:`run` for the scheduled loop, then :meth:`finish`.
 
-    Sampling never touches the store: :meth:`sample` only buffers values, and during
-    :meth:`run` a writer thread flushes them, so a slow or locked store (a long transaction
-    elsewhere, a far server) delays writes, never samples.
+    Sampling never touches the store: :meth:`sample` only buffers values and :meth:`flush`
+    hands them to the sink, which writes from a thread of its own.
     """
 
     def __init__(
         self,
-        store: Store,
-        trial_id: int,
+        sink: Sink,
+        key: str,
         root_pid: int,
         interval: float = 1.0,
         *,
         gpu: GpuBackend | None = None,
-        log: OnceLog | None = None,
+        log: Once | None = None,
         exclude_pid: int | None = None,
         proc: Path = Path("/proc"),
         flush_every: float = 1.0,
+        gap_since: float | None = None,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -136,26 +232,27 @@ class Sampler:
             raise ConfigError(
                 f"the sampling interval must be at least {MIN_INTERVAL} s (got {interval})"
             )
-        self.store = store
-        self.trial_id = trial_id
+        self.sink = sink
+        self.key = key
         self.root_pid = root_pid
         self.interval = float(interval)
         self.flush_every = flush_every
-        self._log = log or OnceLog()
+        self._log = log or Once(LOGGER_NAME)
         self._wall = wall
         self._mono = mono
         self.host = HostProbe(root_pid, exclude_pid=exclude_pid, proc=proc, log=self._log)
         self.gpu = GpuProbe(gpu, root_pid, log=self._log, proc=proc) if gpu else None
-        self._lock = threading.Lock()  # guards _pending and _pids
-        self._flush_lock = threading.Lock()  # one flush at a time
-        self._pending: list[_Value] = []
+        self._lock = threading.Lock()  # guards the buffers
+        self._samples: list[SampleRow] = []
+        self._events: list[EventRow] = []
         self._pids: frozenset[int] = frozenset()
-        self._series: dict[tuple[str, str | None], int] = {}
-        self._noted: set[tuple[str, str | None]] = set()
+        self._pids_sent: frozenset[int] = frozenset()
+        self._known: set[str] = set()
+        self._gap_since = gap_since
         self._last_t = -math.inf
         self._last_mono: float | None = None
         self._first_mono: float | None = None
-        self._pids_written: frozenset[int] = frozenset()
+        self._flushed_mono: float | None = None
         self.samples = 0
         """Samples taken so far."""
 
@@ -177,119 +274,80 @@ class Sampler:
             self._log("host-sample", "host sampling failed (%s: %s)", type(exc).__name__, exc)
         if self.gpu is not None:
             values.extend(self.gpu.sample(self.host.current_pids))
-        rows = [(m, d, n, t, v) for m, d, v, n in values if math.isfinite(v)]
+        rows = [(m, d, n, t, v) for m, d, v, n in values if math.isfinite(v) and self._known_key(m)]
         with self._lock:
-            self._pending.extend(rows)
-            if len(self._pending) > MAX_PENDING:
-                del self._pending[: len(self._pending) - MAX_PENDING]
-                self._log("dropped", "the store has failed for long: dropping the oldest samples")
+            self._samples.extend(rows)
             self._pids = frozenset(self.host.seen_pids)
+            if self._gap_since is not None:
+                since, self._gap_since = self._gap_since, None
+                if t > since:
+                    self._events.append(
+                        ("sampler_gap", since, "sampler restarted", None, t - since, None, None)
+                    )
         self.samples += 1
 
-    # ------------------------------------------------------------------ writing
-    def _series_id(self, metric: str, device: str | None, note: str | None) -> int | None:
-        key = (metric, device)
-        sid = self._series.get(key)
-        if sid is not None and (note is None or key in self._noted):
-            return sid
+    def _known_key(self, metric: str) -> bool:
+        if metric in self._known:
+            return True
         try:
             catalog_metric(metric)
         except KeyError as exc:  # a probe bug: every key must be in the catalog
             self._log("catalog:" + metric, "%s; its values are dropped", exc.args[0])
-            return None
-        sid = self.store.series(self.trial_id, metric, device, note=note).id
-        self._series[key] = sid
-        if note is not None:
-            self._noted.add(key)
-        return sid
+            return False
+        self._known.add(metric)
+        return True
 
-    def flush(self) -> bool:
-        """Write the buffered samples, then refresh the heartbeat and (when the set grew)
-        the trial's pids. True if everything was written; on a store error the samples stay
-        buffered for the next flush and the error is logged once."""
-        with self._flush_lock:
-            with self._lock:
-                batch, self._pending = self._pending, []
-                pids = self._pids
-            try:
-                rows = []
-                for metric, device, note, t, v in batch:
-                    sid = self._series_id(metric, device, note)
-                    if sid is not None:
-                        rows.append((sid, t, v))
-                if rows:
-                    self.store.append_samples(rows)
-            except StoreError as exc:
-                self._log("append", "cannot write samples (%s); keeping them to retry", exc)
-                with self._lock:
-                    self._pending[:0] = batch
-                return False
-            changed = pids != self._pids_written
-            try:
-                self.store.update_trial(
-                    self.trial_id,
-                    heartbeat=self._wall(),
-                    pids=sorted(pids) if changed else None,
-                    only_if_running=True,
-                )
-                self._pids_written = pids
-            except StoreError as exc:
-                self._log("heartbeat", "cannot update the trial's heartbeat (%s)", exc)
-            return True
-
-    def _writer(self, done: threading.Event) -> None:
-        while not done.wait(self.flush_every):
-            self.flush()
+    # ------------------------------------------------------------------ writing
+    def flush(self, end: TrialEnd | None = None) -> None:
+        """Hand the buffered samples to the sink as one batch, with the trial's heartbeat,
+        its pids when the set grew, and ``end`` when given. Never waits for the store."""
+        with self._lock:
+            samples, self._samples = self._samples, []
+            events, self._events = self._events, []
+            pids = self._pids
+        grew = pids != self._pids_sent
+        self.sink.put(
+            Batch(
+                self.key,
+                samples=tuple(samples),
+                events=tuple(events),
+                heartbeat=self._wall(),
+                pids=tuple(sorted(pids)) if grew else None,
+                end=end,
+            )
+        )
+        self._pids_sent = pids
+        self._flushed_mono = self._mono()
 
     # ------------------------------------------------------------------ the loop
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, root: Root | None = None) -> None:
         """Sample every ``interval`` on a fixed schedule anchored at the first sample until
-        ``stop`` is set, flushing every ``flush_every`` seconds from a writer thread. Takes
-        (and writes) the first sample itself if none was taken yet."""
+        ``stop`` is set or ``root`` ended, flushing every ``flush_every`` seconds. Takes (and
+        flushes) the first sample itself if none was taken yet."""
         if self._first_mono is None:
             self.sample()
             self.flush()
         assert self._first_mono is not None
-        done = threading.Event()
-        writer = threading.Thread(
-            target=self._writer, args=(done,), daemon=True, name="tunescope-writer"
-        )
-        writer.start()
-        try:
-            t0 = self._first_mono
-            k = 1
-            while not stop.is_set():
-                delay = t0 + k * self.interval - self._mono()
-                if delay > 0 and stop.wait(delay):
-                    break
-                self.sample()
-                # Next slot after now: a late sample does not shift the schedule.
-                k = max(k + 1, math.floor((self._mono() - t0) / self.interval) + 1)
-        finally:
-            done.set()
-            writer.join(timeout=_WRITER_JOIN_S)
+        t0 = self._first_mono
+        k = 1
+        while not stop.is_set():
+            if root is not None and root.ended():
+                break
+            delay = t0 + k * self.interval - self._mono()
+            if delay > 0 and stop.wait(delay):
+                break
+            self.sample()
+            if self._flushed_mono is None or self._mono() - self._flushed_mono >= self.flush_every:
+                self.flush()
+            # Next slot after now: a late sample does not shift the schedule.
+            k = max(k + 1, math.floor((self._mono() - t0) / self.interval) + 1)
 
-    def finish(self, parent_died: bool) -> None:
-        """Final sample and flush. ``parent_died``: stdin ended without ``stop``, so a trial
-        still ``running`` is marked ``failed`` (see :func:`failure_message`). Then compact."""
+    def finish(self, end: TrialEnd | None = None) -> None:
+        """The final sample and flush, carrying ``end`` (how the trial ended, when this
+        sampler ends it)."""
         if self._last_mono is None or self._mono() - self._last_mono >= _FINAL_MIN_GAP:
             self.sample()
-        if not self.flush():
-            self.flush()  # one more try before giving up on them
-        if parent_died:
-            try:
-                self.store.update_trial(
-                    self.trial_id,
-                    state="failed",
-                    end=self._wall(),
-                    error=failure_message(self.root_pid),
-                    only_if_running=True,
-                )
-            except StoreError as exc:
-                self._log("fail-trial", "cannot mark the trial failed (%s)", exc)
-        try:
-            self.store.compact()
-        except StoreError as exc:
-            self._log("compact", "cannot compact the samples (%s)", exc)
+        self.flush(end)
         if self.gpu is not None:
-            self.gpu.close()
+            with contextlib.suppress(Exception):
+                self.gpu.close()

@@ -22,8 +22,9 @@ from typing import Any
 
 import psutil
 
+from tunescope._once import Once
 from tunescope.collect._gpu import NvmlBackend
-from tunescope.collect._once import LOGGER_NAME, OnceLog
+from tunescope.collect._once import LOGGER_NAME
 from tunescope.collect._replay import FORMAT, dump_replay
 from tunescope.errors import CollectError
 
@@ -140,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.addHandler(logging.StreamHandler(sys.stderr))
     logger.propagate = False
     try:
-        backend = NvmlBackend(OnceLog(logger))
+        backend = NvmlBackend(Once(logger))
     except CollectError as exc:
         print(f"record_nvml: cannot record: {exc}", file=sys.stderr)
         return 1

@@ -10,14 +10,16 @@
 How the ranks agree on one trial:
 
 * In a process started inside a trial (``tunescope run -- torchrun ...``, which sets
-  ``TUNESCOPE_TRIAL_ID``): every rank joins that trial, and the command's sampler watches the
+  ``TUNESCOPE_TRIAL_KEY``): every rank joins that trial, and the command's sampler watches the
   whole tree (torchrun's agent and its workers).
-* Otherwise, with more than one rank: rank 0 opens the trial and hands its ids to the other
+* Otherwise, with more than one rank: rank 0 opens the trial and hands its key to the other
   ranks, which join it (through the ``TUNESCOPE_*`` variables, so their child processes join
-  too). The hand-over goes through torch's c10d ``TCPStore`` at ``MASTER_ADDR:MASTER_PORT`` when
-  torchrun's agent serves one (``TORCHELASTIC_USE_AGENT_STORE``; it does from the start, so
-  :func:`trial` may come before ``init_process_group``), else with ``broadcast_object_list``
-  over the initialised default process group (on a gloo group of its own when the default
+  too). No password crosses the wire: each rank uses its own URL for the store (the one rank 0
+  names, without its password, when the rank has none of its own). The hand-over goes through
+  torch's c10d ``TCPStore`` at ``MASTER_ADDR:MASTER_PORT`` when torchrun's agent serves one
+  (``TORCHELASTIC_USE_AGENT_STORE``; it does from the start, so :func:`trial` may come before
+  ``init_process_group``), else with ``broadcast_object_list`` over the initialised default
+  process group (on a gloo group of its own when the default
   backend is another). With neither, rank 0 records alone and the others record nothing (one
   warning).
 * One rank alone: an ordinary trial.
@@ -53,9 +55,9 @@ from types import TracebackType
 from typing import Any
 
 import tunescope.record as ts
+from tunescope._once import Once
 from tunescope.integrations._common import LOG
-from tunescope.record._env import ENV_INTERVAL, process_rank
-from tunescope.record._safety import Once
+from tunescope.store import redact, resolve_url
 
 __all__ = ["DistributedTrial", "rank", "trial", "world_size"]
 
@@ -68,7 +70,7 @@ of each rank meets the k-th of rank 0 under the same key."""
 
 def rank() -> int:
     """This process's global rank: torch.distributed's when initialised, else ``$RANK``, else 0."""
-    return process_rank() or 0
+    return ts.process_rank() or 0
 
 
 def world_size() -> int:
@@ -137,7 +139,7 @@ class DistributedTrial:
         self._args = (run, name, params, store, float(interval), sampler, float(timeout))
         self._run: ts.Run | None = None
         self._trial: ts.Trial | None = None
-        self._sampler: ts.SamplerHandle | None = None
+        self._sampler: ts.Supervised | None = None
         self._env_saved: dict[str, str | None] | None = None
 
     @property
@@ -150,7 +152,7 @@ class DistributedTrial:
         Every rank must call it, in the same order as its other trials."""
         run_name, name, params, store, interval, sampler, timeout = self._args
         me, n = rank(), world_size()
-        if ts.ENV_TRIAL_ID in os.environ or n == 1:  # joined through the environment, or alone
+        if ts.ENV_TRIAL_KEY in os.environ or n == 1:  # joined through the environment, or alone
             self._run = ts.run(run_name, store=store, interval=interval, sampler=sampler)
             return self._enter(self._run.trial(name, params=params))
         if me == 0:
@@ -171,25 +173,33 @@ class DistributedTrial:
         try:
             self._run = ts.run(run_name, store=store, interval=interval, sampler=False)
             t = self._enter(self._run.trial(name, params=params))
-            if t.recording and self._run.id is not None:
-                payload = {"store": self._run.url, "run": self._run.id, "trial": t.id}
-                payload["interval"] = self._run.interval
+            if t.recording and t.key is not None:
+                # no password over the wire: each rank has its own URL for the store
+                payload = {
+                    "store": self._run.url,
+                    "run": self._run.name,
+                    "key": t.key,
+                    "interval": self._run.interval,
+                }
         finally:  # the other ranks wait for this, whatever happened
             self._share(payload, 0, timeout)
-        if sampler and payload is not None and t.id is not None:
+        if sampler and payload is not None and t.spec is not None:
             root = os.getppid() if _under_torchrun() else os.getpid()
-            self._sampler = ts.start_sampler(self._run.url, t.id, root, self._run.interval)
+            self._sampler = ts.Supervised(self._run.store_url, t.spec, root, self._run.interval)
+            self._sampler.ready(ts.ENTER_WAIT_S)
         return t
 
     def _join(self, timeout: float) -> ts.Trial:
         got = self._share(None, rank(), timeout)
         if got is None:  # rank 0 records nothing: neither does this rank
-            self._run = ts.Run("unrecorded", "", None, run_id=None, interval=1.0, sampler=False)
+            self._run = ts.Run("unrecorded", "", interval=1.0, sampler=False, recording=False)
             return self._enter(self._run.trial())
-        names = (ts.ENV_STORE, ts.ENV_RUN_ID, ts.ENV_TRIAL_ID, ENV_INTERVAL)
+        own = resolve_url(self._args[3])
+        url = own if redact(own) == got["store"] else str(got["store"])
+        names = (ts.ENV_STORE, ts.ENV_RUN, ts.ENV_TRIAL_KEY, ts.ENV_INTERVAL, ts.ENV_TRIAL_ID)
         self._env_saved = {k: os.environ.get(k) for k in names}
-        values = (got["store"], got["run"], got["trial"], got["interval"])
-        os.environ.update({k: str(v) for k, v in zip(names, values, strict=True)})
+        os.environ.pop(ts.ENV_TRIAL_ID, None)
+        os.environ.update(ts.trial_env(url, str(got["run"]), str(got["key"]), got["interval"]))
         self._run = ts.run()  # joins the trial the environment now names
         return self._enter(self._run.trial())
 
@@ -225,8 +235,7 @@ class DistributedTrial:
         t, self._trial = self._trial, None
         try:
             if self._sampler is not None:
-                self._sampler.stop()
-                self._sampler = None
+                self._sampler.request_stop()
             if t is not None:
                 if exc is None:
                     t.__exit__(None, None, None)

@@ -47,25 +47,47 @@ the framework's own step numbers and outcomes:
   whatever ends its block. Without it an owner trial ends ``pruned`` when the block raises
   Optuna's ``TrialPruned``, ``failed`` on any other exception, else ``completed``.
 
-Nothing here raises into training once a trial has started (see ``_safety``); importing this
-package does not import torch. The sampler launcher (:func:`start_sampler`) is shared with
-``tunescope run -- CMD``, which sets the same ``ENV_*`` variables a trial sets so that a
-script using the SDK joins the command's trial.
+Nothing here raises into training once a trial has started (see ``_safety``), and nothing
+holds it: entering a run or a trial waits at most half a second for the store, leaving one at
+most a second; what the store has not taken by then is kept (in memory, then in the spool)
+and written when it is back. Importing this package does not import torch. The sampler
+launcher (:func:`start_sampler`, :class:`Supervised`) is shared with ``tunescope run -- CMD``
+and the distributed integration, which set the same variables (:func:`trial_env`) a trial sets
+so that a script using the SDK joins the command's trial.
 """
 
-from tunescope.record._env import ENV_RUN_ID, ENV_STORE, ENV_TRIAL_ID
-from tunescope.record._launch import SamplerHandle, start_sampler
-from tunescope.record._run import Run, current_trial, run
-from tunescope.record._trial import Trial
+from tunescope.record._env import (
+    ENV_INTERVAL,
+    ENV_RUN,
+    ENV_RUN_ID,
+    ENV_STORE,
+    ENV_TRIAL_ID,
+    ENV_TRIAL_KEY,
+    process_rank,
+    trial_env,
+)
+from tunescope.record._launch import MAX_RESTARTS, SamplerHandle, Supervised, start_sampler
+from tunescope.record._run import ENTER_WAIT_S, Background, Run, current_trial, run
+from tunescope.record._trial import EXIT_WAIT_S, Trial
 
 __all__ = [
+    "ENTER_WAIT_S",
+    "ENV_INTERVAL",
+    "ENV_RUN",
     "ENV_RUN_ID",
     "ENV_STORE",
     "ENV_TRIAL_ID",
+    "ENV_TRIAL_KEY",
+    "EXIT_WAIT_S",
+    "MAX_RESTARTS",
+    "Background",
     "Run",
     "SamplerHandle",
+    "Supervised",
     "Trial",
     "current_trial",
+    "process_rank",
     "run",
     "start_sampler",
+    "trial_env",
 ]

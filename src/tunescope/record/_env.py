@@ -1,10 +1,19 @@
 """The environment variables through which child processes join a trial.
 
-Inside an owner trial ``TUNESCOPE_STORE``, ``TUNESCOPE_RUN_ID``, ``TUNESCOPE_TRIAL_ID`` and
-``TUNESCOPE_INTERVAL`` are set in ``os.environ`` (and restored on exit), so every process
-started in the block inherits them; ``tunescope run -- CMD`` sets the same. A process that
-finds them set, and did not set them itself, joins that trial. ``os.environ`` is
-process-wide: with trials open in several threads at once it names the latest one entered.
+Inside an owner trial these are set in ``os.environ`` (and restored on exit), so every process
+started in the block inherits them; ``tunescope run -- CMD`` sets the same for CMD:
+
+* ``TUNESCOPE_STORE``: the store URL (its password too: the environment is readable by the
+  same user only, unlike a command line);
+* ``TUNESCOPE_RUN``: the run's name; ``TUNESCOPE_TRIAL_KEY``: the trial's key, by which a
+  child joins it, even before the store has been reached;
+* ``TUNESCOPE_INTERVAL``: the owner's sampling interval;
+* ``TUNESCOPE_RUN_ID``, ``TUNESCOPE_TRIAL_ID``: the store's ids, when known at the start
+  (informational).
+
+A process that finds a trial key set, and did not set it itself, joins that trial.
+``os.environ`` is process-wide: with trials open in several threads at once it names the
+latest one entered.
 """
 
 from __future__ import annotations
@@ -13,28 +22,31 @@ import os
 import sys
 import threading
 
-from tunescope.record._safety import once
-
 __all__ = [
     "ENV_INTERVAL",
+    "ENV_RUN",
     "ENV_RUN_ID",
     "ENV_STORE",
     "ENV_TRIAL_ID",
-    "attach_ids",
+    "ENV_TRIAL_KEY",
+    "attach_key",
     "process_rank",
     "restore_env",
     "set_env",
+    "trial_env",
 ]
 
 ENV_STORE = "TUNESCOPE_STORE"
+ENV_RUN = "TUNESCOPE_RUN"
+ENV_TRIAL_KEY = "TUNESCOPE_TRIAL_KEY"
 ENV_RUN_ID = "TUNESCOPE_RUN_ID"
 ENV_TRIAL_ID = "TUNESCOPE_TRIAL_ID"
 ENV_INTERVAL = "TUNESCOPE_INTERVAL"
-"""Optional: the owner's sampling interval in seconds (``tunescope run`` sets it)."""
+_NAMES = (ENV_STORE, ENV_RUN, ENV_TRIAL_KEY, ENV_RUN_ID, ENV_TRIAL_ID, ENV_INTERVAL)
 
 _lock = threading.Lock()
 _own: list[str] = []
-"""Trial ids this process put into the environment itself (those are not joined)."""
+"""Trial keys this process put into the environment itself (those are not joined)."""
 
 
 def _after_fork_in_child() -> None:
@@ -47,38 +59,51 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def attach_ids() -> tuple[int, int] | None:
-    """(run id, trial id) to join when this process was started inside a trial, else None."""
-    tid = os.environ.get(ENV_TRIAL_ID, "")
-    if not tid or tid in _own:
+def attach_key() -> tuple[str, str] | None:
+    """(run name, trial key) to join when this process was started inside a trial."""
+    key = os.environ.get(ENV_TRIAL_KEY, "")
+    if not key or key in _own:
         return None
-    try:
-        return int(os.environ.get(ENV_RUN_ID, "")), int(tid)
-    except ValueError:
-        once.warn(
-            "env",
-            "tunescope: ignoring %s=%r / %s=%r: not trial ids",
-            ENV_RUN_ID,
-            os.environ.get(ENV_RUN_ID),
-            ENV_TRIAL_ID,
-            tid,
-        )
-        return None
+    return os.environ.get(ENV_RUN, "") or "run", key
 
 
-def set_env(url: str, run_id: int, trial_id: int, interval: float) -> dict[str, str | None]:
-    """Name the trial in ``os.environ``; returns what to give :func:`restore_env`."""
+def trial_env(
+    url: str,
+    run: str,
+    key: str,
+    interval: float,
+    run_id: int | None = None,
+    trial_id: int | None = None,
+) -> dict[str, str]:
+    """The variables that name a trial (see the module doc)."""
+    env = {
+        ENV_STORE: url,
+        ENV_RUN: run,
+        ENV_TRIAL_KEY: key,
+        ENV_INTERVAL: repr(float(interval)),
+    }
+    if run_id is not None:
+        env[ENV_RUN_ID] = str(run_id)
+    if trial_id is not None:
+        env[ENV_TRIAL_ID] = str(trial_id)
+    return env
+
+
+def set_env(values: dict[str, str]) -> dict[str, str | None]:
+    """Name the trial in ``os.environ`` (``values`` from :func:`trial_env`); returns what to
+    give :func:`restore_env`. Variables of an outer trial that ``values`` lacks are removed."""
     with _lock:
-        saved = {k: os.environ.get(k) for k in (ENV_STORE, ENV_RUN_ID, ENV_TRIAL_ID, ENV_INTERVAL)}
-        _own.append(str(trial_id))
-        os.environ[ENV_STORE] = url
-        os.environ[ENV_RUN_ID] = str(run_id)
-        os.environ[ENV_TRIAL_ID] = str(trial_id)
-        os.environ[ENV_INTERVAL] = repr(float(interval))
+        saved = {k: os.environ.get(k) for k in _NAMES}
+        _own.append(values[ENV_TRIAL_KEY])
+        for k in _NAMES:
+            if k in values:
+                os.environ[k] = values[k]
+            else:
+                os.environ.pop(k, None)
     return saved
 
 
-def restore_env(saved: dict[str, str | None], trial_id: int) -> None:
+def restore_env(saved: dict[str, str | None], key: str) -> None:
     """Put back the variables :func:`set_env` replaced."""
     with _lock:
         for k, v in saved.items():
@@ -86,8 +111,8 @@ def restore_env(saved: dict[str, str | None], trial_id: int) -> None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        if str(trial_id) in _own:
-            _own.remove(str(trial_id))
+        if key in _own:
+            _own.remove(key)
 
 
 def process_rank() -> int | None:

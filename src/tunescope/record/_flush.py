@@ -1,24 +1,19 @@
-"""The flusher: a daemon thread per trial that writes the buffer to the store in batches.
+"""The flusher: a daemon thread per trial that turns the buffer into batches for its writer.
 
-Every flush period (0.5–1 s) it drains the trial's :class:`~tunescope.record._state.Recorder`,
-numbers the hooked optimizer steps (per optimizer, from 1; steps an integration records with
-``Trial.optimizer_step`` come numbered), derives the trial-level samples of the
-period (``train.step_time``, ``train.data_wait``, ``train.throughput``, and, where
-``torch.cuda`` is initialised, ``torch.mem.allocated`` / ``torch.mem.reserved`` /
-``torch.alloc_retries`` per device), writes everything on its own store connection, and
-updates the trial's heartbeat.
+Every flush period (0.5–1 s), or at once when a hook finds a buffer filling up (a burst of
+``log()`` calls), it drains the trial's :class:`~tunescope.record._state.Recorder`, numbers
+the hooked optimizer steps (per optimizer, from 1; steps an integration records with
+``Trial.optimizer_step`` come numbered), derives the trial-level samples of the period
+(``train.step_time``, ``train.data_wait``, ``train.throughput``, and, where ``torch.cuda`` is
+initialised, ``torch.mem.allocated`` / ``torch.mem.reserved`` / ``torch.alloc_retries`` per
+device), and hands everything, with the trial's heartbeat, to the trial's
+:class:`~tunescope.store.Writer` as one batch. It also keeps the trial's sampler alive (see
+:class:`~tunescope.record._launch.Supervised`).
 
-Failure policy (it never raises into training):
-
-* Draining never depends on the store, so the training thread's buffers never grow.
-* A write that fails with a :class:`~tunescope.errors.StoreError` while no write of the same
-  flush succeeded means the store is unreachable: the data is kept and retried next flush.
-  Kept data is bounded (:data:`MAX_PENDING` events, scalars and samples each); beyond it the
-  oldest are dropped and counted.
-* A write that fails while another write of the same flush succeeded, or with an error that is
-  not a StoreError, means the store rejects that batch: it is dropped and counted.
-* Each kind of problem is logged once per trial at WARNING on ``tunescope.record``; the
-  final flush logs how many items were dropped in all.
+Nothing here touches the store: draining never waits, and the writer keeps what the store
+cannot take yet (in memory, then in the spool), so every event, scalar and sample given to the
+trial is kept whatever the store does. A bug here is logged once and never raised into
+training.
 """
 
 from __future__ import annotations
@@ -30,18 +25,19 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from tunescope.errors import StoreError
 from tunescope.record._safety import LOG, Once
 from tunescope.record._state import Recorder
-from tunescope.store import Event, Scalar, Store, open_store
+from tunescope.store import Batch, EventRow, SampleRow, ScalarRow, TrialEnd, Writer
 
-__all__ = ["MAX_PENDING", "Flusher", "flush_period"]
+if TYPE_CHECKING:
+    from tunescope.record._launch import Supervised
 
-MAX_PENDING = 100_000
-"""Items of each kind (events, scalars, samples) kept for retry while the store is down."""
+__all__ = ["MAX_BATCH", "Flusher", "flush_period"]
+
+MAX_BATCH = 50_000
+"""Items per batch: a burst is cut into batches of this size."""
 
 T = TypeVar("T")
 
@@ -49,10 +45,6 @@ T = TypeVar("T")
 def flush_period(interval: float) -> float:
     """Seconds between flushes for a trial sampled every ``interval`` seconds."""
     return min(1.0, max(0.5, interval))
-
-
-class _Alive(Protocol):
-    def poll(self) -> int | None: ...
 
 
 def _drain(d: deque[T]) -> list[T]:
@@ -131,35 +123,28 @@ class _StepNumbers:
 
 
 class Flusher:
-    """Writes one trial's buffer to the store from a daemon thread (see the module doc)."""
+    """Turns one trial's buffer into batches from a daemon thread (see the module doc)."""
 
     def __init__(
         self,
         rec: Recorder,
-        url: str,
+        writer: Writer,
         *,
         period: float,
-        store_factory: Callable[[str], Store] | None = None,
+        sampler: Supervised | None = None,
     ) -> None:
         self.rec = rec
-        self.url = url
+        self.writer = writer
         self.period = period
-        self.sampler: _Alive | None = None
-        self.dropped = 0
-        self.written = 0
-        self._factory = store_factory
-        self._store: Store | None = None
-        self._once = Once()
+        self.sampler = sampler
+        self._once = Once(LOG)
         self._stop = threading.Event()
+        self._end: TrialEnd | None = None
         self._numbers = _StepNumbers()
-        self._events: list[Event] = []
-        self._scalars: list[Scalar] = []
-        self._samples: dict[tuple[str, str | None], list[tuple[float, float]]] = {}
-        self._series: dict[tuple[str, str | None], int] = {}
         self._last = time.time()
         self._stepped = False
         self._thread = threading.Thread(
-            target=self._loop, daemon=True, name=f"tunescope-flush-{rec.trial_id}"
+            target=self._loop, daemon=True, name=f"tunescope-flush-{rec.key[:8]}"
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -167,105 +152,133 @@ class Flusher:
         self._last = time.time()
         self._thread.start()
 
-    def close(self, timeout: float = 15.0) -> None:
-        """Stop after a final flush; waits up to ``timeout`` seconds for it."""
+    def close(self, end: TrialEnd | None = None, timeout: float = 1.0) -> None:
+        """Stop after a final flush that carries ``end`` (how the trial ended, if this process
+        ends it); waits up to ``timeout`` s for that flush to be handed to the writer."""
+        self._end = end
         self._stop.set()
+        self.rec.wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
-            if self._thread.is_alive():
-                self._once.warn(
-                    "join",
-                    "tunescope: the final flush of trial %s did not finish "
-                    "within %.0f s; what it had not written is lost",
-                    self.rec.trial_id,
-                    timeout,
-                )
+        if self._thread.is_alive():  # a bug held the flusher: hand over what we can ourselves
+            self._once.warn(
+                "join",
+                "tunescope: the final flush of trial %s did not finish within %.1f s",
+                self.rec.key[:8],
+                timeout,
+            )
 
     def _loop(self) -> None:
         try:
-            while not self._stop.wait(self.period):
+            while not self._stop.is_set():
+                self.rec.wake.wait(self.period)
+                self.rec.wake.clear()
+                if self._stop.is_set():
+                    break
                 self.flush()
+                self._check_sampler()
         finally:
-            self.flush(final=True)
+            self.flush(end=self._end)
             self._numbers = _StepNumbers()  # hold no optimizer (nor its model) past the end
-            if self._store is not None:
-                try:
-                    self._store.close()
-                except Exception:
-                    pass
+
+    def _check_sampler(self) -> None:
+        s = self.sampler
+        if s is not None:
+            try:
+                s.check()
+            except Exception as exc:
+                self._once.warn(
+                    "supervise",
+                    "tunescope: watching the sampler of trial %s failed (%s: %s)",
+                    self.rec.key[:8],
+                    type(exc).__name__,
+                    exc,
+                )
 
     # ------------------------------------------------------------------ one flush
-    def flush(self, *, final: bool = False) -> None:
-        """Drain, derive, write. Never raises."""
+    def flush(self, *, end: TrialEnd | None = None) -> None:
+        """Drain, derive, hand to the writer. Never raises."""
         try:
             now = time.time()
-            self._collect(now)
-            self._check_sampler()
-            self._write(now)
+            events, scalars, samples = self._collect(now)
+            key = self.rec.key
+            while True:  # a burst is cut into batches of MAX_BATCH items
+                part_e, events = events[:MAX_BATCH], events[MAX_BATCH:]
+                part_s, scalars = scalars[:MAX_BATCH], scalars[MAX_BATCH:]
+                last = not events and not scalars
+                self.writer.put(
+                    Batch(
+                        key,
+                        samples=tuple(samples) if last else (),
+                        events=tuple(part_e),
+                        scalars=tuple(part_s),
+                        heartbeat=now if last else None,
+                        end=end if last else None,
+                    )
+                )
+                if last:
+                    break
         except Exception as exc:  # a bug of ours: keep training alive
             self._once.warn(
                 "flush",
                 "tunescope: flushing trial %s failed (%s: %s)",
-                self.rec.trial_id,
+                self.rec.key[:8],
                 type(exc).__name__,
                 exc,
             )
-        if final:
-            left = len(self._events) + len(self._scalars) + sum(map(len, self._samples.values()))
-            if left or self.dropped:
-                LOG.warning(
-                    "tunescope: trial %s ended with %d items not written to %s (%d dropped before)",
-                    self.rec.trial_id,
-                    left,
-                    self.url,
-                    self.dropped,
-                )
 
-    def _collect(self, now: float) -> None:
+    def _collect(self, now: float) -> tuple[list[EventRow], list[ScalarRow], list[SampleRow]]:
         rec = self.rec
-        tid = rec.trial_id
         steps = _drain(rec.steps)
-        events = _drain(rec.events)
-        scalars = _drain(rec.scalars)
+        drained = _drain(rec.events)
+        scalars: list[ScalarRow] = _drain(rec.scalars)
+        events: list[EventRow] = []
+        samples: list[SampleRow] = []
         for t, opt in steps:
             k, n = self._numbers.next(opt)
-            self._events.append(
-                Event(
-                    tid,
+            events.append(
+                (
                     "optimizer_step",
                     t,
                     type(opt).__name__,
                     n,
-                    data={"optimizer": k} if k else None,
+                    None,
+                    None,
+                    {"optimizer": k} if k else None,
                 )
             )
         waits = 0.0
         step_sum = 0.0
         n_steps = 0
         n_optim = len(steps)  # hooked steps, and the ones an integration records below
-        for kind, t, name, step, duration, value, data in events:
-            self._events.append(Event(tid, kind, t, name, step, duration, value, data))
+        for row in drained:
+            events.append(row)
+            kind, _t, _name, _step, duration, value, _data = row
             if kind == "optimizer_step":
                 n_optim += 1
             elif kind == "data_wait" and value is not None and duration is not None:
                 waits += duration
                 step_sum += value
                 n_steps += 1
-        self._scalars.extend(Scalar(tid, name, step, t, value) for name, step, t, value in scalars)
         # derived samples of the period since the last flush
         period = now - self._last
         self._last = now
+
+        def sample(metric: str, device: str | None, value: float) -> None:
+            if math.isfinite(value):
+                samples.append((metric, device, None, now, value))
+
         if n_optim:
             self._stepped = True
         if self._stepped and period >= self.period / 4:  # no rate over a sliver of time
-            self._sample("train.throughput", None, now, n_optim / period)
+            sample("train.throughput", None, n_optim / period)
         if n_steps:
-            self._sample("train.step_time", None, now, step_sum / n_steps)
+            sample("train.step_time", None, step_sum / n_steps)
             if step_sum > 0:
-                self._sample("train.data_wait", None, now, min(100.0, 100.0 * waits / step_sum))
+                sample("train.data_wait", None, min(100.0, 100.0 * waits / step_sum))
         try:
             for metric, dev, value in torch_memory():
-                self._sample(metric, dev, now, value)
+                sample(metric, dev, value)
         except Exception as exc:
             self._once.warn(
                 "torch",
@@ -274,153 +287,4 @@ class Flusher:
                 type(exc).__name__,
                 exc,
             )
-        self._bound()
-
-    def _sample(self, metric: str, device: str | None, t: float, value: float) -> None:
-        if math.isfinite(value):
-            self._samples.setdefault((metric, device), []).append((t, value))
-
-    def _bound(self) -> None:
-        over = 0
-        lists: list[list[Any]] = [self._events, self._scalars, *self._samples.values()]
-        for lst in lists:
-            extra = len(lst) - MAX_PENDING
-            if extra > 0:
-                del lst[:extra]
-                over += extra
-        if over:
-            self.dropped += over
-            self._once.warn(
-                "bound",
-                "tunescope: store %s unreachable for long; dropping the "
-                "oldest unwritten events/scalars/samples beyond %d of each kind",
-                self.url,
-                MAX_PENDING,
-            )
-
-    def _check_sampler(self) -> None:
-        s = self.sampler
-        if s is None:
-            return
-        code = s.poll()
-        if code is not None:
-            self.sampler = None
-            if code != 0:
-                self._once.warn(
-                    "sampler",
-                    "tunescope: the sampler of trial %s exited with code "
-                    "%s; hardware series stop here",
-                    self.rec.trial_id,
-                    code,
-                )
-
-    # ------------------------------------------------------------------ writing
-    def _open(self) -> Store | None:
-        if self._store is None:
-            try:
-                self._store = (self._factory or open_store)(self.url)
-            except Exception as exc:
-                self._once.warn(
-                    "open",
-                    "tunescope: cannot open store %s for trial %s (%s: %s); "
-                    "keeping data and retrying",
-                    self.url,
-                    self.rec.trial_id,
-                    type(exc).__name__,
-                    exc,
-                )
-        return self._store
-
-    def _write(self, now: float) -> None:
-        store = self._open()
-        if store is None:
-            return
-        failed: list[tuple[str, Exception, Callable[[], None]]] = []
-        ok = False
-
-        def attempt(what: str, fn: Callable[[], Any], drop: Callable[[], None]) -> None:
-            nonlocal ok
-            try:
-                fn()
-                ok = True
-            except Exception as exc:
-                failed.append((what, exc, drop))
-
-        if self._events:
-            attempt(
-                "events",
-                lambda: self._put(store.add_events, self._events),
-                lambda: self._drop_all(self._events),
-            )
-        if self._scalars:
-            attempt(
-                "scalars",
-                lambda: self._put(store.add_scalars, self._scalars),
-                lambda: self._drop_all(self._scalars),
-            )
-        for key, rows in list(self._samples.items()):
-            if rows:
-                attempt(
-                    f"samples of {key[0]}",
-                    self._samples_writer(store, key, rows),
-                    self._dropper(rows),
-                )
-        attempt(
-            "heartbeat",
-            lambda: store.update_trial(self.rec.trial_id, heartbeat=now, only_if_running=True),
-            lambda: None,
-        )
-        for what, exc, drop in failed:
-            if ok or not isinstance(exc, StoreError):
-                drop()
-                self._once.warn(
-                    f"reject:{what}",
-                    "tunescope: store %s rejected the %s of "
-                    "trial %s (%s: %s); that batch is dropped",
-                    self.url,
-                    what,
-                    self.rec.trial_id,
-                    type(exc).__name__,
-                    exc,
-                )
-            else:
-                self._once.warn(
-                    "down",
-                    "tunescope: store %s is unavailable (%s: %s); trial %s "
-                    "keeps its data in memory (at most %d items of each kind) and "
-                    "retries every %.1f s",
-                    self.url,
-                    type(exc).__name__,
-                    exc,
-                    self.rec.trial_id,
-                    MAX_PENDING,
-                    self.period,
-                )
-
-    def _put(self, add: Callable[[list[T]], int], pending: list[T]) -> None:
-        """Write ``pending`` in parts, forgetting each part once written."""
-        while pending:
-            part = pending[:5000]
-            add(part)
-            del pending[: len(part)]
-            self.written += len(part)
-
-    def _dropper(self, pending: list[Any]) -> Callable[[], None]:
-        return lambda: self._drop_all(pending)
-
-    def _drop_all(self, pending: list[Any]) -> None:
-        self.dropped += len(pending)
-        del pending[:]
-
-    def _samples_writer(
-        self, store: Store, key: tuple[str, str | None], rows: list[tuple[float, float]]
-    ) -> Callable[[], None]:
-        def write() -> None:
-            sid = self._series.get(key)
-            if sid is None:
-                sid = self._series[key] = store.series(self.rec.trial_id, key[0], key[1]).id
-            store.append_samples([(sid, t, v) for t, v in rows])
-            self.written += len(rows)
-            del rows[:]
-
-        return write
+        return events, scalars, samples

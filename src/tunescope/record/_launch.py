@@ -1,23 +1,22 @@
-"""Launch the sampler process and stop it in order.
+"""Launch the sampler process, watch it, and stop it in order.
 
-The sampler runs as ``sys.executable -m tunescope.collect --store URL --trial ID --pid PID
---interval S`` with pipes on stdin and stdout. It prints ``ready`` once its first sample is in
-the store. Writing ``stop`` to its stdin (then closing it) stops it in order: a final sample, a
-flush, exit 0, the trial's state untouched. End of input without ``stop`` means the parent died,
-and the sampler then marks the trial failed; so the parent keeps the handle (and the pipe) open
-for as long as the trial runs.
+The sampler runs as ``sys.executable -m tunescope.collect --trial-key KEY --pid PID
+--interval S`` (the protocol is ``tunescope/_protocol.py``). The store URL, password
+included, travels in its environment (``TUNESCOPE_STORE``), never on its command line, with
+the trial's spec, so that the sampler can create the trial if it reaches the store first.
 
-The launcher never raises into training: when the sampler cannot start or dies before it is
-ready, it logs one warning and :func:`start_sampler` returns None. A sampler that is alive but
-not ready within ``ready_timeout`` is kept (a slow NVML start still produces data) and a warning
-says so. The sampler's stderr goes to a temporary file whose last lines are quoted in those
-warnings (and logged at INFO after an orderly stop); stdout is drained by a reader thread so
-the pipe never fills. Both the SDK and ``tunescope run -- CMD`` (watching the child's pid)
-use it.
+Starting does not wait for the sampler unless asked (``ready_timeout``): a trial's start is
+bounded, whatever the store does. Stopping (:meth:`SamplerHandle.request_stop`) asks for a
+final sample and returns at once; the sampler then writes what it holds, however long the store
+takes, and exits by itself: it is never killed with data in hand. The launcher never raises
+into training: when the sampler cannot start it logs one warning and :func:`start_sampler`
+returns None. The sampler's stderr goes to a temporary file whose last lines are quoted in
+those warnings; stdout is drained by a reader thread so the pipe never fills.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -26,11 +25,15 @@ import threading
 import time
 from typing import IO
 
+import tunescope._protocol as protocol
+from tunescope.record._env import ENV_STORE
 from tunescope.record._safety import LOG
+from tunescope.store import TrialSpec
 
-__all__ = ["SamplerHandle", "start_sampler"]
+__all__ = ["MAX_RESTARTS", "SamplerHandle", "Supervised", "start_sampler"]
 
-SAMPLER_MODULE = "tunescope.collect"
+MAX_RESTARTS = 3
+"""How many times a trial's sampler is started again after it died."""
 
 
 def _tail(f: IO[bytes] | None, lines: int = 5) -> str:
@@ -54,17 +57,18 @@ def _tail(f: IO[bytes] | None, lines: int = 5) -> str:
 
 
 class SamplerHandle:
-    """A running sampler. :meth:`stop` ends it in order; ``pid`` and :meth:`poll` as Popen."""
+    """A running sampler: :meth:`request_stop` ends it in order; ``pid`` and :meth:`poll`
+    as Popen. Thread-safe."""
 
     def __init__(
         self,
         proc: subprocess.Popen[bytes],
         errfile: IO[bytes] | None,
         ready: threading.Event,
-        trial_id: int,
+        key: str,
     ) -> None:
         self.proc = proc
-        self.trial_id = trial_id
+        self.key = key
         self.ready = ready
         self._err = errfile
         self._stopped = False
@@ -74,6 +78,11 @@ class SamplerHandle:
     def pid(self) -> int:
         return self.proc.pid
 
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop (or exit) was asked for."""
+        return self._stopped
+
     def poll(self) -> int | None:
         """The exit code if the sampler has ended, else None."""
         return self.proc.poll()
@@ -82,64 +91,57 @@ class SamplerHandle:
         """The last lines the sampler wrote to stderr, joined by `` | ``."""
         return _tail(self._err, lines)
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """Send ``stop``, wait up to ``timeout`` s for the final sample and exit, kill it if it
-        does not end. Returns its exit code (None if it could not be reaped). Never raises;
-        calling it again returns the same code."""
+    def _say(self, line: str) -> None:
         with self._lock:
             if self._stopped:
-                return self.proc.poll()
+                return
             self._stopped = True
-            code: int | None = None
-            try:
-                stdin = self.proc.stdin
-                if stdin is not None:
-                    try:
-                        stdin.write(b"stop\n")
-                        stdin.flush()
-                    except (BrokenPipeError, OSError, ValueError):
-                        pass
-                    try:
-                        stdin.close()
-                    except (BrokenPipeError, OSError):
-                        pass
-                try:
-                    code = self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    LOG.warning(
-                        "tunescope: the sampler of trial %s did not stop within %.0f s; killing it",
-                        self.trial_id,
-                        timeout,
-                    )
-                    self.proc.kill()
-                    code = self.proc.wait(5.0)
-                if code not in (0, None):
-                    LOG.warning(
-                        "tunescope: the sampler of trial %s exited with code %s%s",
-                        self.trial_id,
-                        code,
-                        _quote(self.stderr_tail()),
-                    )
-                elif tail := self.stderr_tail(20):
-                    LOG.info("tunescope: the sampler of trial %s said: %s", self.trial_id, tail)
-            except Exception as exc:
-                LOG.warning(
-                    "tunescope: stopping the sampler of trial %s failed (%s: %s)",
-                    self.trial_id,
-                    type(exc).__name__,
-                    exc,
-                )
-            finally:
-                self._close_err()
-            return code
+            stdin = self.proc.stdin
+            if stdin is not None:
+                with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                    stdin.write(line.encode() + b"\n")
+                    stdin.flush()
+                with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                    stdin.close()
+
+    def request_stop(self) -> None:
+        """Ask for a final sample and an orderly exit; returns at once."""
+        self._say(protocol.STOP)
+
+    def send_exit(self, code: int) -> None:
+        """Tell the sampler its root process ended with ``code``: it ends the trial and
+        exits (``tunescope run``, for a sampler watching a command it reaped itself)."""
+        self._say(f"{protocol.EXIT} {int(code)}")
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` s for the sampler to exit; its code, or None if it still
+        runs (it then finishes by itself). Never kills it."""
+        try:
+            code = self.proc.wait(max(0.0, timeout))
+        except subprocess.TimeoutExpired:
+            return None
+        if code != 0:
+            LOG.warning(
+                "tunescope: the sampler of trial %s exited with code %s%s",
+                self.key[:8],
+                code,
+                _quote(self.stderr_tail()),
+            )
+        elif tail := self.stderr_tail(20):
+            LOG.info("tunescope: the sampler of trial %s said: %s", self.key[:8], tail)
+        self._close_err()
+        return code
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """:meth:`request_stop`, then :meth:`wait` up to ``timeout`` s. Never kills."""
+        self.request_stop()
+        return self.wait(timeout)
 
     def _close_err(self) -> None:
-        if self._err is not None:
-            try:
-                self._err.close()
-            except Exception:
-                pass
-            self._err = None
+        err, self._err = self._err, None
+        if err is not None:
+            with contextlib.suppress(Exception):
+                err.close()
 
 
 def _quote(tail: str) -> str:
@@ -150,7 +152,7 @@ def _reader(stream: IO[bytes], ready: threading.Event) -> None:
     """Drain the sampler's stdout for its whole life; set ``ready`` at the line ``ready``."""
     try:
         for line in stream:
-            if line.strip() == b"ready":
+            if line.strip() == protocol.READY.encode():
                 ready.set()
     except Exception:
         pass
@@ -163,29 +165,34 @@ def _reader(stream: IO[bytes], ready: threading.Event) -> None:
 
 def start_sampler(
     store_url: str,
-    trial_id: int,
+    spec: TrialSpec,
     pid: int,
     interval: float,
     *,
-    ready_timeout: float = 10.0,
-    module: str = SAMPLER_MODULE,
+    gap_since: float | None = None,
+    ready_timeout: float = 0.0,
+    module: str = protocol.MODULE,
 ) -> SamplerHandle | None:
-    """Start the sampler of ``trial_id`` watching the process tree of ``pid`` and wait up to
-    ``ready_timeout`` s for its first sample. Returns None (after one warning) if it cannot
-    start or exits before it is ready; never raises. ``module`` is for tests."""
+    """Start the sampler of the trial ``spec`` names, watching the process tree of ``pid``;
+    wait up to ``ready_timeout`` s for its first sample. ``gap_since``: the sampler replaces
+    one that died; it records the gap since then. Returns None (after one warning) if it
+    cannot start or exits before it is ready; never raises. ``module`` is for tests."""
     cmd = [
         sys.executable,
         "-m",
         module,
-        "--store",
-        store_url,
-        "--trial",
-        str(trial_id),
+        "--trial-key",
+        spec.key,
         "--pid",
         str(pid),
         "--interval",
         repr(float(interval)),
     ]
+    if gap_since is not None:
+        cmd += ["--gap-since", repr(float(gap_since))]
+    env = dict(os.environ)
+    env[ENV_STORE] = store_url
+    env[protocol.ENV_SPEC] = spec.to_json()
     err: IO[bytes] | None = None
     try:
         err = tempfile.TemporaryFile(prefix="tunescope-sampler-")  # noqa: SIM115 (kept open)
@@ -195,13 +202,13 @@ def start_sampler(
             stdout=subprocess.PIPE,
             stderr=err,
             close_fds=True,
-            env=os.environ.copy(),
+            env=env,
         )
     except Exception as exc:
         LOG.warning(
             "tunescope: cannot start the sampler for trial %s (%s: %s); no hardware "
             "series will be recorded",
-            trial_id,
+            spec.name or spec.key[:8],
             type(exc).__name__,
             exc,
         )
@@ -214,12 +221,12 @@ def start_sampler(
         target=_reader,
         args=(proc.stdout, ready),
         daemon=True,
-        name=f"tunescope-sampler-out-{trial_id}",
+        name=f"tunescope-sampler-out-{spec.key[:8]}",
     ).start()
-    handle = SamplerHandle(proc, err, ready, trial_id)
+    handle = SamplerHandle(proc, err, ready, spec.key)
     step = 0.02
     deadline = time.monotonic() + ready_timeout
-    while not ready.wait(step):
+    while ready_timeout > 0 and not ready.wait(step):
         code = proc.poll()
         if code is not None:
             ready.wait(0.2)  # it may have printed ready and exited at once
@@ -228,25 +235,78 @@ def start_sampler(
             LOG.warning(
                 "tunescope: the sampler for trial %s exited with code %s before its "
                 "first sample; no hardware series will be recorded%s",
-                trial_id,
+                spec.name or spec.key[:8],
                 code,
                 _quote(handle.stderr_tail()),
             )
             handle._stopped = True
             handle._close_err()
             if proc.stdin is not None:
-                try:
+                with contextlib.suppress(OSError):
                     proc.stdin.close()
-                except OSError:
-                    pass
             return None
         if time.monotonic() >= deadline:
-            LOG.warning(
-                "tunescope: the sampler for trial %s is not ready after %.0f s; "
-                "training goes on and it keeps starting",
-                trial_id,
-                ready_timeout,
-            )
             break
         step = min(0.1, step * 1.5)
     return handle
+
+
+class Supervised:
+    """A trial's sampler, kept alive: :meth:`check` (the flusher calls it every period)
+    starts a new one when it died, at most :data:`MAX_RESTARTS` times, and the new one records
+    the gap (a ``sampler_gap`` event) since the last moment the dead one was seen alive.
+    Thread-safe."""
+
+    def __init__(self, url: str, spec: TrialSpec, pid: int, interval: float) -> None:
+        self._args = (url, spec, pid, interval)
+        self._lock = threading.Lock()
+        self.restarts = 0
+        self._alive_at = time.time()
+        self.handle = start_sampler(url, spec, pid, interval)
+
+    def check(self) -> None:
+        with self._lock:
+            h = self.handle
+            if h is None or h.stopping:
+                return
+            code = h.poll()
+            if code is None:
+                self._alive_at = time.time()
+                return
+            url, spec, pid, interval = self._args
+            if self.restarts >= MAX_RESTARTS:
+                self.handle = None
+                LOG.warning(
+                    "tunescope: the sampler of trial %s died again (code %s); after %d "
+                    "restarts, hardware series of this trial stop here%s",
+                    spec.name or spec.key[:8],
+                    code,
+                    self.restarts,
+                    _quote(h.stderr_tail()),
+                )
+                return
+            self.restarts += 1
+            LOG.warning(
+                "tunescope: the sampler of trial %s died (code %s); starting it again "
+                "(%d of %d), the gap is recorded%s",
+                spec.name or spec.key[:8],
+                code,
+                self.restarts,
+                MAX_RESTARTS,
+                _quote(h.stderr_tail()),
+            )
+            h._close_err()
+            self.handle = start_sampler(url, spec, pid, interval, gap_since=self._alive_at)
+
+    def request_stop(self) -> None:
+        with self._lock:
+            if self.handle is not None:
+                self.handle.request_stop()
+
+    def wait(self, timeout: float) -> int | None:
+        h = self.handle
+        return None if h is None else h.wait(timeout)
+
+    def ready(self, timeout: float) -> bool:
+        h = self.handle
+        return h is not None and h.ready.wait(max(0.0, timeout))

@@ -1,6 +1,14 @@
-"""Runs: :func:`run` opens the store and the run; :func:`current_trial` finds the trial.
+"""Runs: :func:`run` names the store and the run; :func:`current_trial` finds the trial.
 
-A process started with ``TUNESCOPE_TRIAL_ID`` set (by a parent trial or by
+Entering a run never waits long for the store: :func:`run` checks the store in the background
+and waits at most :data:`ENTER_WAIT_S` for it. A store that answers in time is checked for what
+only the user can fix (a URL of an unknown kind, a foreign or newer database, a path that
+cannot be written) and such a store named explicitly raises before training starts. A store
+that does not answer in time (a stopped server, a lock held elsewhere) holds nothing up:
+training starts, its trials record through their writers, which keep everything (in memory,
+then in the spool) until the store is back.
+
+A process started with ``TUNESCOPE_TRIAL_KEY`` set (by a parent trial or by
 ``tunescope run -- CMD``) joins that trial: :func:`run` returns a run whose trials all record
 into it, and :func:`current_trial` returns a trial bound to it that lives until the
 interpreter exits (it flushes then).
@@ -13,45 +21,84 @@ import math
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
-from tunescope.errors import ConfigError, StoreError
+from tunescope.errors import ConfigError, StoreError, StoreUnavailable
 from tunescope.record import _state
-from tunescope.record._env import ENV_INTERVAL, ENV_RUN_ID, ENV_STORE, attach_ids
+from tunescope.record._env import ENV_INTERVAL, ENV_STORE, attach_key
 from tunescope.record._safety import LOG, once
 from tunescope.record._trial import Trial, rec_trial
-from tunescope.store import Store, open_store, resolve_url
+from tunescope.store import display, open_store, redact, resolve_url
 
-__all__ = ["Run", "current_trial", "run"]
+__all__ = ["ENTER_WAIT_S", "Run", "current_trial", "run"]
+
+ENTER_WAIT_S = 0.5
+"""Longest :func:`run` (and a trial's start) waits for the store before training goes on."""
+
+R = TypeVar("R")
+
+
+class Background(Generic[R]):
+    """``fn()`` in a daemon thread; :meth:`wait` waits for it a bounded time. The call goes
+    on after a wait that timed out (it may still land; its result is then kept)."""
+
+    def __init__(self, fn: Callable[[], R], name: str) -> None:
+        self.value: R | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._fn = fn
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.value = self._fn()
+        except BaseException as exc:  # reported through .error
+            self.error = exc
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once the call has returned or raised."""
+        return self._done.wait(max(0.0, timeout))
 
 
 class Run:
-    """One fine-tune job (e.g. a hyperparameter search); a context manager that closes its
-    store connection. Create with :func:`run`."""
+    """One fine-tune job (e.g. a hyperparameter search); a context manager. Create with
+    :func:`run`. ``url`` is the store's URL without its password."""
 
     def __init__(
         self,
         name: str,
         url: str,
-        store: Store | None,
         *,
-        run_id: int | None,
         interval: float,
         sampler: bool,
-        attach_to: int | None = None,
+        recording: bool = True,
+        attach: tuple[str, str] | None = None,
+        probe: Background[int] | None = None,
     ) -> None:
         self._name = name
-        self.url = url
-        self._store = store
-        self._id = run_id
+        self._url = url
+        self.url = display(url)
         self.interval = interval
         self.sampler = sampler
-        self._attach_to = attach_to
+        self.recording = recording
+        """False when nothing is recorded (the default store cannot be used)."""
+        self._attach = attach
+        self._probe = probe
+
+    @property
+    def store_url(self) -> str:
+        """The URL the run's writers use, password included if it has one: for launchers of
+        the run's processes (which pass it in the environment), never to be shown."""
+        return self._url
 
     @property
     def id(self) -> int | None:
-        """The run's id in the store; None when nothing is recorded."""
-        return self._id
+        """The run's id in the store, once the store has answered; else None."""
+        p = self._probe
+        return p.value if p is not None else None
 
     @property
     def name(self) -> str:
@@ -60,29 +107,19 @@ class Run:
     @property
     def attached(self) -> bool:
         """True when this process joined a trial of a run another process owns."""
-        return self._attach_to is not None
+        return self._attach is not None
 
     def __repr__(self) -> str:
-        return f"Run(id={self._id}, name={self._name!r}, url={self.url!r})"
+        return f"Run(id={self.id}, name={self._name!r}, url={self.url!r})"
 
     def trial(self, name: str | None = None, *, params: dict[str, Any] | None = None) -> Trial:
         """A new trial of this run (``name`` defaults to ``trial-<k>``), to use with ``with``.
         In an attached run every trial records into the trial the process joined."""
-        return Trial(self, name, params, attach_to=self._attach_to)
+        return Trial(self, name, params, attach=self._attach)
 
     def close(self) -> None:
-        """Release the store connection (trials still open keep their own flushers)."""
-        store, self._store = self._store, None
-        if store is not None:
-            try:
-                store.close()
-            except Exception as exc:
-                once.warn(
-                    "run-close",
-                    "tunescope: closing the store failed (%s: %s)",
-                    type(exc).__name__,
-                    exc,
-                )
+        """Nothing to release: each trial writes through its own writer. Kept so that a run
+        is a context manager and older code calling it still works."""
 
     def __enter__(self) -> Run:
         return self
@@ -102,106 +139,71 @@ def run(
     named by ``store``, else $TUNESCOPE_STORE, else ./tunescope.db.
 
     ``interval``: sampler period in seconds. ``sampler``: start a sampler process per trial.
-    In a process started inside a trial (TUNESCOPE_TRIAL_ID set), the run joins that trial
+    In a process started inside a trial (TUNESCOPE_TRIAL_KEY set), the run joins that trial
     in the store $TUNESCOPE_STORE names (``name``, ``store`` and ``sampler`` are then
-    ignored); store problems there log one warning and never raise.
+    ignored).
 
-    Raises ConfigError for a bad ``interval`` or name, or a store URL of an unknown kind, and
-    StoreError when a store named explicitly (argument or $TUNESCOPE_STORE) cannot be opened:
-    that is user input, checked before training starts. When only the default ./tunescope.db
-    cannot be opened, or when joining a parent's trial, it logs one warning and returns a run
-    that records nothing.
+    Waits at most :data:`ENTER_WAIT_S` for the store (see the module doc). Raises ConfigError
+    for a bad ``interval`` or name, or a store URL of an unknown kind, and StoreError when a
+    store named explicitly (argument or $TUNESCOPE_STORE) answers that it cannot be used: that
+    is user input, checked before training starts. When only the default ./tunescope.db
+    cannot be used it logs one warning and returns a run that records nothing.
     """
     if not (isinstance(interval, (int, float)) and math.isfinite(interval) and interval > 0):
         raise ConfigError(f"interval must be a positive number of seconds, not {interval!r}")
     if name is not None and not str(name).strip():
         raise ConfigError("a run name must not be empty")
-    attach = attach_ids()
-    if attach is not None:  # the trial id means something only in the store it came with
-        return _attached_run(
-            os.environ.get(ENV_STORE) or resolve_url(store), attach, float(interval)
+    attach = attach_key()
+    if attach is not None:  # the trial key means something only in the store it came with
+        url = os.environ.get(ENV_STORE) or resolve_url(store)
+        return Run(
+            attach[0], url, interval=_env_interval(float(interval)), sampler=False, attach=attach
         )
     url = resolve_url(store)
     explicit = (store is not None and str(store) != "") or bool(os.environ.get(ENV_STORE))
     run_name = str(name) if name is not None else time.strftime("run-%Y%m%d-%H%M%S")
-    try:
-        st = open_store(url)
-    except ConfigError:
-        raise
-    except StoreError as exc:
+
+    def ensure() -> int:
+        with open_store(url) as st:
+            return st.ensure_run(run_name).id
+
+    probe = Background(ensure, "tunescope-run-probe")
+    probe.wait(ENTER_WAIT_S)
+    err = probe.error
+    if isinstance(err, ConfigError):
+        raise err
+    if isinstance(err, StoreError) and not isinstance(err, StoreUnavailable):
         if explicit:
-            raise
+            raise err
         LOG.warning(
-            "tunescope: cannot open the default store %s (%s); nothing will be recorded", url, exc
+            "tunescope: cannot open the default store %s (%s); nothing will be recorded",
+            redact(url),
+            err,
         )
-        return Run(run_name, url, None, run_id=None, interval=float(interval), sampler=sampler)
-    try:
-        info = st.ensure_run(run_name)
-    except StoreError as exc:
-        st.close()
-        if explicit:
-            raise
+        return Run(run_name, url, interval=float(interval), sampler=sampler, recording=False)
+    if err is not None:  # unreachable now (a store slow to answer is not worth a warning)
         LOG.warning(
-            "tunescope: cannot create run %r in %s (%s); nothing will be recorded",
-            run_name,
-            url,
-            exc,
+            "tunescope: store %s does not answer yet (%s); training starts, and what it "
+            "records waits (in memory, then in the spool) until the store is back",
+            redact(url),
+            err,
         )
-        return Run(run_name, url, None, run_id=None, interval=float(interval), sampler=sampler)
-    return Run(info.name, st.url, st, run_id=info.id, interval=float(interval), sampler=sampler)
+    return Run(run_name, url, interval=float(interval), sampler=sampler, probe=probe)
 
 
-def _attached_run(url: str, ids: tuple[int, int], interval: float) -> Run:
-    run_id, trial_id = ids
-    try:  # the owner's interval, as `tunescope run` passes it
+def _env_interval(default: float) -> float:
+    """The owner's interval, as ``tunescope run`` passes it."""
+    try:
         env_interval = float(os.environ.get(ENV_INTERVAL, ""))
         if math.isfinite(env_interval) and env_interval > 0:
-            interval = env_interval
+            return env_interval
     except ValueError:
         pass
-    try:
-        st = open_store(url)
-        info = st.get_trial(trial_id)
-        name = st.get_run(info.run_id).name
-        if info.run_id != run_id:
-            LOG.warning(
-                "tunescope: trial %s belongs to run %s, not %s as %s says; joining it",
-                trial_id,
-                info.run_id,
-                run_id,
-                ENV_RUN_ID,
-            )
-        return Run(
-            name,
-            st.url,
-            st,
-            run_id=info.run_id,
-            interval=interval,
-            sampler=False,
-            attach_to=trial_id,
-        )
-    except Exception as exc:
-        once.warn(
-            f"attach:{trial_id}",
-            "tunescope: cannot join trial %s in %s (%s: %s); nothing will be recorded",
-            trial_id,
-            url,
-            type(exc).__name__,
-            exc,
-        )
-        return Run(
-            f"run-{run_id}",
-            url,
-            None,
-            run_id=None,
-            interval=interval,
-            sampler=False,
-            attach_to=trial_id,
-        )
+    return default
 
 
 _attach_lock = threading.Lock()
-_joined: dict[int, Trial] = {}
+_joined: dict[str, Trial] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -224,25 +226,24 @@ def current_trial() -> Trial | None:
             trial = rec_trial.get(id(rec))
             if trial is not None:
                 return trial
-        ids = attach_ids()
-        if ids is None:
+        attach = attach_key()
+        if attach is None:
             return None
         _state.ensure_hook()
         with _attach_lock:
-            trial = _joined.get(ids[1])
+            trial = _joined.get(attach[1])
             if trial is None:
-                r = _attached_run(resolve_url(None), ids, 1.0)
-                trial = _joined[ids[1]] = r.trial()
+                r = run()
+                trial = _joined[attach[1]] = r.trial()
                 trial.__enter__()
-                atexit.register(_leave, trial, r, os.getpid())
+                atexit.register(_leave, trial, os.getpid())
             return trial
     except Exception as exc:
         once.warn("current", "tunescope: current_trial() failed (%s: %s)", type(exc).__name__, exc)
         return None
 
 
-def _leave(trial: Trial, r: Run, pid: int) -> None:
+def _leave(trial: Trial, pid: int) -> None:
     """At interpreter exit: the final flush of a joined trial (not in a forked copy)."""
     if os.getpid() == pid:
         trial.__exit__(None, None, None)
-        r.close()

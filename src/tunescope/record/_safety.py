@@ -1,19 +1,20 @@
 """Never harm training: log a problem once, and guard every public SDK call.
 
 Everything the SDK does on behalf of the user is bookkeeping; a failure in it must not end a
-training run. :class:`Once` logs each kind of problem a single time (at WARNING, on the
-``tunescope.record`` logger) so a failing store does not flood the training log, and
-:func:`guarded` wraps a public method so that an internal error logs once and returns a
-default instead of raising.
+training run. :class:`~tunescope._once.Once` (the one log-once helper) logs each kind of
+problem a single time (at WARNING, on the ``tunescope.record`` logger) so a failing store does
+not flood the training log, and :func:`guarded` wraps a public method so that an internal
+error logs once and returns a default instead of raising.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
+
+from tunescope._once import Once
 
 __all__ = ["LOG", "Once", "guarded", "once"]
 
@@ -22,29 +23,7 @@ LOG = logging.getLogger("tunescope.record")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Once:
-    """Log each message key at most once (thread-safe)."""
-
-    def __init__(self, logger: logging.Logger = LOG) -> None:
-        self._seen: set[str] = set()
-        self._lock = threading.Lock()
-        self._logger = logger
-
-    def warn(self, key: str, msg: str, *args: object, exc_info: bool = False) -> bool:
-        """Log ``msg % args`` at WARNING unless ``key`` was logged before; True if logged."""
-        with self._lock:
-            if key in self._seen:
-                return False
-            self._seen.add(key)
-        self._logger.warning(msg, *args, exc_info=exc_info)
-        return True
-
-    def seen(self, key: str) -> bool:
-        """Whether ``key`` has been logged."""
-        return key in self._seen
-
-
-once = Once()
+once = Once(LOG)
 """Process-wide instance, for problems that are not tied to one trial."""
 
 

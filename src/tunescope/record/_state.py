@@ -28,6 +28,7 @@ from typing import Any
 
 __all__ = [
     "MAX_BUFFER",
+    "WAKE_AT",
     "Recorder",
     "current",
     "ensure_hook",
@@ -48,13 +49,20 @@ EventRow = tuple[
 """(kind, t, name, step, duration, value, data), as the SDK appends it."""
 
 
+WAKE_AT = 50_000
+"""Entries in a buffer at which a hook wakes the flusher early (a burst of ``log()`` calls),
+so that buffers drain long before :data:`MAX_BUFFER`."""
+
+
 class Recorder:
-    """The buffers of one trial in this process. ``trial_id`` is the store's id."""
+    """The buffers of one trial in this process. ``key`` is the trial's key."""
 
-    __slots__ = ("auto_steps", "closed", "events", "scalars", "steps", "trial_id")
+    __slots__ = ("auto_steps", "closed", "events", "key", "scalars", "steps", "wake")
 
-    def __init__(self, trial_id: int) -> None:
-        self.trial_id = trial_id
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.wake = threading.Event()
+        """Set by a hook when a buffer passes :data:`WAKE_AT` entries."""
         self.auto_steps = True
         """Whether the torch hook records this trial's optimizer steps (an integration that
         knows the real step numbers turns it off and records them as events itself)."""

@@ -1,14 +1,19 @@
 """Trials: the context manager that records one configuration of a run.
 
-A :class:`Trial` entered in its own process (an *owner* trial) creates the trial in the store,
-starts its flusher and its sampler, makes itself the current trial, and names itself in the
-environment (see ``_env``) so child processes join it. On exit it makes itself not current,
-stops the sampler in order, makes the final flush, and then sets the state: ``completed``
-after a normal end (or ``SystemExit`` with code 0 / None), ``failed`` with
-``"ExcType: message"`` after any other exception, KeyboardInterrupt included. The exception
-propagates unchanged. When the store cannot be used the block still runs, recording nothing.
+A :class:`Trial` entered in its own process (an *owner* trial) makes a key for the trial and
+its spec, starts its writer (which creates the trial in the store when it first reaches it),
+its flusher and its sampler, makes itself the current trial, and names itself in the
+environment (see ``_env``) so child processes join it. Entering waits at most
+:data:`ENTER_WAIT_S` for the store (to learn the trial's id and name) and the sampler's first
+sample; leaving at most :data:`EXIT_WAIT_S`: it asks the sampler for a final sample, hands the
+last batch (with how the trial ended) to the writer, and gives the store until the deadline to
+take it. What the store has not taken by then is spooled, and replayed by the sampler, which
+outlives the training, or by ``tunescope sync``. The state: ``completed`` after a normal end
+(or ``SystemExit`` with code 0 / None), ``failed`` with ``"ExcType: message"`` after any other
+exception, KeyboardInterrupt included. The exception propagates unchanged. When the store
+cannot be used at all the block still runs, recording nothing.
 
-An *attached* trial (``attach_to``: this process was started inside another process's trial)
+An *attached* trial (``attach``: this process was started inside another process's trial)
 records into that trial, starts no sampler and changes no state on exit. An attached trial in
 a ``torch.distributed`` rank other than 0 (see ``_env.process_rank``) is a *replica*: the
 optimizer steps, evaluations, checkpoints, marks, data waits and scalars of a data-parallel
@@ -33,19 +38,24 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tunescope.errors import Conflict
 from tunescope.record import _state
-from tunescope.record._env import process_rank, restore_env, set_env
+from tunescope.record._env import ENV_TRIAL_ID, process_rank, restore_env, set_env, trial_env
 from tunescope.record._flush import Flusher, flush_period
-from tunescope.record._launch import SamplerHandle, start_sampler
+from tunescope.record._launch import Supervised
 from tunescope.record._safety import LOG, Once, guarded, once
 from tunescope.record._watch import Watched
-from tunescope.store import Store, TrialInfo, open_store
+from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, new_key
 
 if TYPE_CHECKING:
     from tunescope.record._run import Run
 
-__all__ = ["Trial", "rec_trial"]
+__all__ = ["ENTER_WAIT_S", "EXIT_WAIT_S", "Trial", "rec_trial"]
+
+ENTER_WAIT_S = 0.5
+"""Longest entering a trial waits for the store and the sampler's first sample."""
+
+EXIT_WAIT_S = 1.0
+"""Longest leaving a trial waits for its last writes; the rest is spooled."""
 
 T = TypeVar("T")
 
@@ -110,35 +120,59 @@ class Trial:
         name: str | None,
         params: dict[str, Any] | None,
         *,
-        attach_to: int | None = None,
+        attach: tuple[str, str] | None = None,
     ) -> None:
         self._run = run
         self._name = name
         self._params = dict(params or {})
-        self._attach_to = attach_to
-        self._id: int | None = None
+        self._attach = attach
+        self._key: str | None = None
+        self._spec: TrialSpec | None = None
         self._rec: _state.Recorder | None = None
         self._prev: _state.Recorder | None = None
+        self._writer: Writer | None = None
         self._flusher: Flusher | None = None
-        self._sampler: SamplerHandle | None = None
+        self._sampler: Supervised | None = None
         self._env_saved: dict[str, str | None] | None = None
         self._entered = False
+        self._left = False
         self._replica = False
         self._end_as: tuple[str, str | None] | None = None
-        self._once = Once()
+        self._once = Once(LOG)
 
     # ------------------------------------------------------------------ identity
     @property
     def id(self) -> int | None:
-        """The trial's id in the store; None when nothing is recorded."""
-        return self._id
+        """The trial's id in the store, once the store has answered; None before, and when
+        nothing is recorded."""
+        w = self._writer
+        return None if w is None else w.trial_id
+
+    @property
+    def key(self) -> str | None:
+        """The key the trial's writers name it by (see ``store/_batch.py``)."""
+        return self._key
+
+    @property
+    def spec(self) -> TrialSpec | None:
+        """How the store creates this (owner) trial if it has not seen it (None when
+        attached or not recording): for a launcher that starts the trial's sampler itself."""
+        return self._spec
 
     @property
     def name(self) -> str | None:
+        """The trial's name: as the store gave it once it answered (a default ``trial-<k>``,
+        or a taken name with a ``-2`` suffix), else as asked."""
+        w = self._writer
+        if w is not None and w.trial is not None:
+            return w.trial.name
         return self._name
 
     @property
     def params(self) -> dict[str, Any]:
+        w = self._writer
+        if self._attach is not None and w is not None and w.trial is not None:
+            return dict(w.trial.params)
         return dict(self._params)
 
     @property
@@ -148,7 +182,7 @@ class Trial:
     @property
     def attached(self) -> bool:
         """True when this process joined a trial another process owns."""
-        return self._attach_to is not None
+        return self._attach is not None
 
     @property
     def replica(self) -> bool:
@@ -161,9 +195,15 @@ class Trial:
         """True while the trial is open and its data goes to the store."""
         return self._rec is not None and not self._rec.closed
 
+    @property
+    def writer(self) -> Writer | None:
+        """The trial's writer in this process (its counts tell what was written, spooled,
+        rejected), while the trial records."""
+        return self._writer
+
     def __repr__(self) -> str:
         return (
-            f"Trial(id={self._id}, name={self._name!r}, run={self._run.name!r}, "
+            f"Trial(id={self.id}, name={self.name!r}, run={self._run.name!r}, "
             f"attached={self.attached}, recording={self.recording})"
         )
 
@@ -184,13 +224,9 @@ class Trial:
                 type(exc).__name__,
                 exc,
             )
-            self._teardown_partial()
+            self._teardown(None, record_end=False)
         except BaseException as exc:  # Ctrl-C while starting: the block never runs
-            self._teardown_partial()
-            try:
-                self._set_state(time.time(), exc)
-            except Exception:
-                pass
+            self._teardown(exc)
             raise
         return self
 
@@ -201,110 +237,104 @@ class Trial:
         tb: TracebackType | None,
     ) -> None:
         try:
-            self._finish(exc)
+            self._teardown(exc)
         except Exception as err:
             once.warn(
                 "finish",
                 "tunescope: ending trial %s failed (%s: %s)",
-                self._id,
+                self.name,
                 type(err).__name__,
                 err,
             )
 
     def _start(self) -> None:
         run = self._run
-        store = run._store
-        if store is None:
+        if not run.recording:
             return
-        if self._attach_to is None:
-            info = self._create(store)
+        deadline = time.monotonic() + ENTER_WAIT_S
+        owner = self._attach is None
+        url = run.store_url
+        spec: TrialSpec | None = None
+        if owner:
+            key = new_key()
+            spec = TrialSpec(
+                key=key,
+                run=run.name,
+                name=self._name,
+                params=_jsonable(self._params),
+                host=socket.gethostname(),
+                pids=(os.getpid(),),
+                start=time.time(),
+                interval=run.interval,
+            )
         else:
-            info = store.get_trial(self._attach_to)
-            self._params = dict(info.params)
-        self._id, self._name = info.id, info.name
-        rec = _state.Recorder(info.id)
-        if self._attach_to is not None and (process_rank() or 0) > 0:
+            assert self._attach is not None
+            key = self._attach[1]
+        self._key, self._spec = key, spec
+        rec = _state.Recorder(key)
+        if not owner and (process_rank() or 0) > 0:
             self._replica = True
             rec.auto_steps = False
+        label = f"trial {self._name or key[:8]}"
+        writer = self._writer = Writer(url, spec=spec, name=label, log=self._once)
+        # the trial exists as soon as the store answers; a joining process adds its pid
+        writer.put(Batch(key, spec=spec, pids=None if owner else (os.getpid(),)))
+        if owner and run.sampler:
+            assert spec is not None
+            self._sampler = Supervised(url, spec, os.getpid(), run.interval)
         rec_trial[id(rec)] = self
-        self._flusher = Flusher(rec, run.url, period=flush_period(run.interval))
+        self._flusher = Flusher(
+            rec, writer, period=flush_period(run.interval), sampler=self._sampler
+        )
         self._flusher.start()
         self._rec = rec
         self._prev = _state.push(rec)
-        if self._attach_to is None:
-            assert run.id is not None
-            self._env_saved = set_env(run.url, run.id, info.id, run.interval)
+        if owner:
+            self._env_saved = set_env(trial_env(url, run.name, key, run.interval))
         _state.ensure_hook()
-        if self._attach_to is None and run.sampler:
-            self._sampler = start_sampler(run.url, info.id, os.getpid(), run.interval)
-            self._flusher.sampler = self._sampler
+        writer.flush(deadline - time.monotonic())
+        if self._sampler is not None:
+            self._sampler.ready(deadline - time.monotonic())
+        if owner and writer.trial_id is not None:
+            os.environ[ENV_TRIAL_ID] = str(writer.trial_id)
 
-    def _create(self, store: Store) -> TrialInfo:
-        run_id = self._run.id
-        assert run_id is not None
-        params = _jsonable(self._params)
-        kw: dict[str, Any] = {
-            "host": socket.gethostname(),
-            "pids": [os.getpid()],
-            "interval": self._run.interval,
-        }
-        if self._name is None:
-            return store.create_trial(run_id, None, params, **kw)
-        for k in range(1, 1000):
-            name = self._name if k == 1 else f"{self._name}-{k}"
-            try:
-                info = store.create_trial(run_id, name, params, **kw)
-            except Conflict:
-                continue
-            if k > 1:
-                LOG.warning(
-                    "tunescope: run %r already has a trial %r; recording as %r",
-                    self._run.name,
-                    self._name,
-                    name,
-                )
-            return info
-        raise Conflict(f"too many trials named {self._name!r}")
+    def _teardown(self, exc: BaseException | None, *, record_end: bool = True) -> None:
+        """Leave the trial: stop the sampler, hand over the last batch (with how the trial
+        ended, unless ``record_end`` is False), bounded by :data:`EXIT_WAIT_S` (see the
+        module doc). Safe on a trial that started half-way, and a second time."""
+        rec = self._rec
+        writer = self._writer
+        if writer is None or self._left:
+            return
+        self._left = True
+        deadline = time.monotonic() + EXIT_WAIT_S
+        t_end = time.time()
+        if rec is not None:
+            rec.closed = True
+            _state.pop(rec, self._prev)
+        self._restore_env()
+        if self._sampler is not None:
+            self._sampler.request_stop()
+        end = self._end(t_end, exc) if record_end else None
+        if self._flusher is not None:
+            self._flusher.close(end, timeout=max(0.0, deadline - time.monotonic()))
+        elif end is not None and self._key is not None:
+            writer.put(Batch(self._key, end=end))
+        writer.close(max(0.0, deadline - time.monotonic() - 0.05))
+        if self._sampler is not None:
+            self._sampler.wait(deadline - time.monotonic())
+        if rec is not None:
+            rec_trial.pop(id(rec), None)
 
     def _restore_env(self) -> None:
         saved, self._env_saved = self._env_saved, None
-        if saved is not None and self._id is not None:
-            restore_env(saved, self._id)
+        if saved is not None and self._key is not None:
+            restore_env(saved, self._key)
 
-    def _teardown_partial(self) -> None:
-        try:
-            if self._rec is not None:
-                _state.pop(self._rec, self._prev)
-                self._rec.closed = True
-                rec_trial.pop(id(self._rec), None)
-            self._restore_env()
-            if self._sampler is not None:
-                self._sampler.stop()
-            if self._flusher is not None:
-                self._flusher.close()
-        except Exception:
-            pass
-        self._rec = None
-
-    def _finish(self, exc: BaseException | None) -> None:
-        rec = self._rec
-        if rec is None or rec.closed:
-            return
-        t_end = time.time()
-        rec.closed = True
-        _state.pop(rec, self._prev)
-        self._restore_env()
-        if self._sampler is not None:
-            self._sampler.stop()
-        if self._flusher is not None:
-            self._flusher.close()
-        rec_trial.pop(id(rec), None)
-        self._set_state(t_end, exc)
-
-    def _set_state(self, t_end: float, exc: BaseException | None) -> None:
-        """Record how an owner trial ended (attached trials leave that to the owner)."""
-        if self._attach_to is not None or self._id is None:
-            return
+    def _end(self, t_end: float, exc: BaseException | None) -> TrialEnd | None:
+        """How an owner trial ended (attached trials leave that to the owner)."""
+        if self._attach is not None:
+            return None
         state, error = "completed", None
         if self._end_as is not None:
             state, error = self._end_as
@@ -312,12 +342,7 @@ class Trial:
             state = "pruned"
         elif exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             state, error = "failed", _error_text(exc)
-        store = self._run._store
-        if store is not None:
-            store.update_trial(self._id, state=state, end=t_end, error=error)
-            return
-        with open_store(self._run.url) as own:  # the run was closed before its trial
-            own.update_trial(self._id, state=state, end=t_end, error=error)
+        return TrialEnd(state, t_end, error)
 
     # ------------------------------------------------------------------ recording
     def _events(self) -> Any:
@@ -452,15 +477,17 @@ class Trial:
     def update_params(self, params: dict[str, Any]) -> None:
         """Merge ``params`` into the trial's params, in the store too (for params known only
         once training runs: Optuna suggests them inside the objective)."""
-        if self._id is None:
+        w, key = self._writer, self._key
+        if w is None or key is None:
             return
-        merged = {**self._params, **params}
-        store = self._run._store
-        if store is not None:
-            store.update_trial(self._id, params=_jsonable(merged))
+        merged = {**self.params, **params}
+        batch = Batch(key, params=_jsonable(merged))
+        if self._left:  # the trial's writer is closed: one of its own, bounded like an exit
+            late = Writer(self._run.store_url, name=f"{w.name} (late params)", log=self._once)
+            late.put(batch)
+            late.close(EXIT_WAIT_S)
         else:
-            with open_store(self._run.url) as own:  # the run was closed before its trial
-                own.update_trial(self._id, params=_jsonable(merged))
+            w.put(batch)
         self._params = merged
 
     @guarded()

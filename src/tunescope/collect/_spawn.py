@@ -1,0 +1,82 @@
+"""Run mode's first step, before anything slow is imported: start the command.
+
+``python -m tunescope.collect ... --exec -- CMD`` makes the sampler the command's parent (see
+``tunescope/_protocol.py``). The command must not wait for the sampler's imports, so
+``__main__`` calls :func:`spawn_from_argv` first thing; it uses nothing but ``os``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+
+__all__ = ["CHILD_DEFAULT_SIGNALS", "spawn", "spawn_from_argv"]
+
+CHILD_DEFAULT_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+)
+"""Signals the command gets back at their default (the sampler ignores some of them)."""
+
+
+def spawn(command: Sequence[str], stderr_fd: int | None, env_drop: str) -> int:
+    """Start ``command`` (searched on PATH) with the signals it would have had from a shell,
+    its stderr on ``stderr_fd`` when given, and the environment less ``env_drop``."""
+    actions: list[tuple[int, int, int]] = []
+    if stderr_fd is not None:
+        os.set_inheritable(stderr_fd, False)
+        actions.append((os.POSIX_SPAWN_DUP2, stderr_fd, 2))
+    env = dict(os.environ)
+    env.pop(env_drop, None)
+    return os.posix_spawnp(
+        command[0],
+        list(command),
+        env,
+        file_actions=actions,
+        setsigdef=CHILD_DEFAULT_SIGNALS,
+        setsigmask=(),
+    )
+
+
+def _value(argv: Sequence[str], name: str) -> int | None:
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            try:
+                return int(argv[i + 1])
+            except ValueError:
+                return None
+        if a.startswith(name + "="):
+            try:
+                return int(a.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None
+
+
+def spawn_from_argv(argv: Sequence[str], env_drop: str) -> int | OSError | None:
+    """In run mode (``--exec`` in ``argv``), start the command and say ``pid N`` on the
+    status descriptor; the pid, the OSError that prevented it, or None outside run mode."""
+    if "--exec" not in argv:
+        return None
+    own = list(argv[: list(argv).index("--exec")])
+    rest = list(argv[list(argv).index("--exec") + 1 :])
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if not rest:
+        return None
+    status = _value(own, "--status-fd")
+    try:
+        pid = spawn(rest, _value(own, "--stderr-fd"), env_drop)
+    except OSError as exc:
+        return exc
+    if status is not None:
+        try:
+            os.write(status, f"pid {pid}\n".encode())
+        except OSError:
+            pass
+    return pid

@@ -16,10 +16,11 @@ import pytest
 from fastapi import FastAPI
 from pydantic import TypeAdapter
 
+from store_helpers import damage_chunk
 from tunescope.metrics import CATALOG, GIB
 from tunescope.server import _schema as schema
 from tunescope.server import create_app
-from tunescope.store import Event, Scalar, Store, open_store
+from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
 
 NOW = time.time()
 T0 = math.floor(NOW) - 7200.0
@@ -358,6 +359,43 @@ def test_bad_series_parameters_are_422(app: FastAPI, data: Data, params: dict[st
     r = call(app, f"/api/trials/{data.done}/series", **params)
     assert r.status_code == 422, r.text
     assert r.json()["error"]["code"] == "invalid"
+
+
+def test_a_damaged_chunk_flags_its_series_and_every_route_still_answers(
+    app: FastAPI, data: Data, sqlite_url: str
+) -> None:
+    exact = ok(app, f"/api/trials/{data.done}/series", schema.WindowOut, metric="gpu.mem")
+    assert [s["corrupt_chunks"] for s in exact["series"]] == [0, 0]
+    sid = data.series[("gpu.mem", "0")]
+    lo, hi = damage_chunk(sqlite_url, sid, SPIKE_AT // CHUNK_SAMPLES)
+    assert lo <= T0 + SPIKE_AT <= hi
+    url = f"/api/trials/{data.done}/series"
+    body = ok(app, url, schema.WindowOut, metric="gpu.mem", points=N)
+    dev0, dev1 = body["series"]
+    assert (dev1["corrupt_chunks"], dev1["mode"], len(dev1["t"])) == (0, "raw", N)
+    # every sample asked for: the damaged chunk is one bucket of its stored summary
+    assert (dev0["corrupt_chunks"], dev0["mode"], sum(dev0["n"])) == (1, "buckets", N)
+    assert [n for n in dev0["n"] if n > 1] == [CHUNK_SAMPLES]
+    assert max(dev0["max"]) == float(np.float32(SPIKE))
+    # a window cut through it has the samples after it only
+    edge = ok(app, url, schema.WindowOut, metric="gpu.mem", start=lo + 10, end=hi + 20)
+    assert edge["series"][0]["corrupt_chunks"] == 1
+    assert edge["series"][0]["t"] == [hi + k for k in range(1, 21)]
+    assert edge["series"][1]["corrupt_chunks"] == 0
+    assert len(edge["series"][1]["t"]) == CHUNK_SAMPLES - 10 + 20  # lo + 10 to hi + 20, 1 Hz
+    runs = ok(app, "/api/runs", list[schema.RunOut])
+    assert runs[0]["peak_gpu_mem"] == float(np.float32(SPIKE))  # from the chunk's summary
+    for route, model in [
+        ("/api/runs/search", schema.RunDetailOut),
+        ("/api/runs/search/findings", schema.RunFindingsOut),
+        (f"/api/trials/{data.done}/findings", list[schema.FindingOut]),
+        (f"/api/trials/{data.done}/metrics", list[schema.TrialMetricOut]),
+        (f"/api/trials/{data.done}/events", schema.EventsOut),
+        (f"/api/trials/{data.done}/scalars", schema.ScalarsOut),
+    ]:
+        ok(app, route, model)
+    other = ok(app, url, schema.WindowOut, metric="gpu.util", points=N)
+    assert [s["corrupt_chunks"] for s in other["series"]] == [0, 0]
 
 
 def test_unknown_metric_or_trial_is_404(app: FastAPI, data: Data) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tunescope.store import open_store
+from store_helpers import damage_chunk
+from tunescope.store import CHUNK_SAMPLES, open_store
 from tunescope.store._schema import SCHEMA_VERSION
 
 
@@ -76,6 +77,34 @@ def test_corrupt_and_newer_databases_are_refused_untouched(tmp_path: Path) -> No
     _one_line_error(p, "newer than this tunescope understands")
     with sqlite3.connect(newer) as conn:
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+
+
+def test_export_skips_a_damaged_chunk_with_one_warning_and_exit_0(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    n = 2 * CHUNK_SAMPLES + 88  # two chunks and pending samples
+    with open_store(db) as st:
+        tid = st.create_trial(st.ensure_run("r", start=1e9).id, "t", start=1e9).id
+        cpu = st.series(tid, "cpu.util").id
+        gpu = st.series(tid, "gpu.util", "0").id
+        st.append_samples((sid, 1e9 + k, float(k)) for k in range(n) for sid in (cpu, gpu))
+    lo, hi = damage_chunk(str(db), cpu, 1)
+    p = cli("export", "r", "--store", str(db))
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [
+        "tunescope: warning: series cpu.util of trial 't' in run 'r': 1 damaged chunk could "
+        "not be decoded and was skipped; the rest is used"
+    ]
+    rows = list(csv.DictReader(io.StringIO(p.stdout)))
+    gpu_t = [float(r["t"]) for r in rows if r["metric"] == "gpu.util"]
+    cpu_t = [float(r["t"]) for r in rows if r["metric"] == "cpu.util"]
+    assert gpu_t == [1e9 + k for k in range(n)]
+    assert cpu_t == [1e9 + k for k in range(n) if not lo <= 1e9 + k <= hi]
+    assert len(cpu_t) == n - CHUNK_SAMPLES
+    js = cli("export", "r", "--store", str(db), "--format", "json")
+    assert js.returncode == 0 and len(js.stderr.splitlines()) == 1
+    assert len(json.loads(js.stdout)["samples"]) == 2 * n - CHUNK_SAMPLES
+    healthy = cli("export", "r", "--store", str(db), "--metric", "gpu.util")
+    assert healthy.returncode == 0 and healthy.stderr == ""
 
 
 def test_help_lists_every_command() -> None:

@@ -286,6 +286,19 @@ def test_cpu_bound_while_the_gpu_waits(store: Store) -> None:
     assert only(findings_for_trial(store, tr2.id), "cpu_bound") == []
 
 
+def test_cpu_bound_over_a_gap_in_the_gpu_series(store: Store) -> None:
+    """Where the GPU series has no sample (a damaged chunk skipped, a stalled sampler) the GPU
+    is not known to wait: those seconds do not count, and nothing warns."""
+    tr = trial(store)
+    put(store, tr, "cpu.util", [98.0] * 60)
+    put(store, tr, "gpu.util", [3.0] * 20, "0")
+    put(store, tr, "gpu.util", [5.0] * 20, "0", start=41.0)
+    (f,) = only(findings_for_trial(store, tr.id), "cpu_bound")
+    # a GPU sample also stands for the CPU sample a second away: 21 and 40 count
+    assert f.evidence["share_pct"] == pytest.approx(100 * 42 / 60)
+    assert f.evidence["gpu_util_mean_pct"] == pytest.approx(4.0)
+
+
 def test_cpu_bound_without_a_gpu_uses_the_data_wait(store: Store) -> None:
     tr = trial(store)
     put(store, tr, "cpu.util", [99.0] * 60)

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from store_helpers import damage_chunk
 from tunescope.analyze import findings_for_run, to_dict
 from tunescope.analyze._charts import EVAL_COLOR, trial_png
 from tunescope.analyze._report import build_report
-from tunescope.store import Event, Store, open_store
+from tunescope.store import CHUNK_SAMPLES, Event, Store, open_store
 
 T0 = 1_700_000_000.0
 GIB = 1024.0**3
@@ -125,6 +126,35 @@ def test_json_report_carries_the_findings_and_the_peaks(url: str) -> None:
         expected = to_dict(findings_for_run(st, "sweep"))
     assert slow["findings"] == expected[str(slow["id"])]
     assert {f["rule"] for f in slow["findings"]} >= {"input_bound", "gpu_underused", "right_size"}
+
+
+def test_a_damaged_chunk_is_one_warning_and_the_report_uses_the_rest(tmp_path: Path) -> None:
+    path = str(tmp_path / "damaged.db")
+    n = 3 * CHUNK_SAMPLES
+    util = np.full(n, 40.0)
+    util[CHUNK_SAMPLES + 7] = 97.0  # in the chunk to be damaged
+    with open_store(path) as st:
+        run = st.ensure_run("hurt", start=T0)
+        t = st.create_trial(run.id, "only", start=T0, interval=1.0)
+        _put(st, t.id, "gpu.util", util, "0")
+        _put(st, t.id, "cpu.util", np.full(n, 50.0))
+        st.update_trial(t.id, state="completed", end=T0 + n + 1)
+        sid = st.list_series(t.id, "gpu.util")[0].id
+    damage_chunk(path, sid, 1)
+    warning = (
+        "tunescope: warning: series gpu.util on GPU 0 of trial 'only' in run 'hurt': "
+        "1 damaged chunk could not be decoded and was skipped; the rest is used"
+    )
+    p = cli("hurt", "--store", path, "--format", "json")
+    assert p.returncode == 0 and p.stderr.splitlines() == [warning], p.stderr
+    doc = json.loads(p.stdout)
+    (trial,) = doc["trials"]
+    # peak and mean come from the chunks' stored summaries, the damaged one's included
+    assert trial["metrics"]["gpu.util"]["peak"] == 97.0
+    assert trial["metrics"]["cpu.util"]["peak"] == 50.0
+    html = cli("hurt", "--store", path, "--format", "html", "--out", str(tmp_path / "r.html"))
+    assert html.returncode == 0
+    assert html.stderr.splitlines() == ["wrote " + str(tmp_path / "r.html"), warning]
 
 
 def test_one_trial_and_user_prices(url: str, tmp_path: Path) -> None:

@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import math
+import shutil
 import sqlite3
+from contextlib import closing
 from pathlib import Path
+from types import ModuleType
 
+import numpy as np
 import pytest
 
 from tunescope.errors import ConfigError, SchemaError, StoreError
-from tunescope.store import open_store, resolve_url
-from tunescope.store._schema import MIGRATIONS, SCHEMA_VERSION
-from tunescope.store._sqlite import SQLITE
+from tunescope.store import Event, Scalar, open_store, resolve_url
+from tunescope.store._schema import SCHEMA_VERSION
+
+DATA = Path(__file__).parent / "data"
+V1_DB = DATA / "v1.db"
+V1_SHA256 = "9f2390f3645a7618b4d5342ea371ba7b50c7dd3c8625a3733e11da8a26642b4f"
+"""tests/data/v1.db is frozen: see tests/data/make_v1_db.py, and never regenerate it."""
 
 
-def _make_v1(path: Path) -> None:
-    conn = sqlite3.connect(path)
-    for stmt in MIGRATIONS[0]:
-        conn.execute(SQLITE.ddl(stmt))
-    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
-    conn.execute("INSERT INTO runs (name, t_start) VALUES ('old', 1.0)")
-    conn.execute(
-        "INSERT INTO trials (run_id, name, params, state, host, pids, t_start, "
-        "interval_s) VALUES (1, 't', '{}', 'completed', 'h', '[]', 1.0, 1.0)"
-    )
-    conn.commit()
-    conn.close()
+def _v1_content() -> ModuleType:
+    """tests/data/make_v1_db.py, whose TRIALS, SERIES, samples(), EVENTS and SCALARS describe
+    what the frozen file holds (imported, not run)."""
+    spec = importlib.util.spec_from_file_location("make_v1_db", DATA / "make_v1_db.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_new_store_has_current_version(tmp_path: Path) -> None:
@@ -32,17 +39,81 @@ def test_new_store_has_current_version(tmp_path: Path) -> None:
         assert s.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
 
 
-def test_old_version_migrates_forward_keeping_data(tmp_path: Path) -> None:
+def test_frozen_v1_database_migrates_forward_keeping_every_piece_of_data(tmp_path: Path) -> None:
+    assert hashlib.sha256(V1_DB.read_bytes()).hexdigest() == V1_SHA256
     path = tmp_path / "v1.db"
-    _make_v1(path)
+    shutil.copyfile(V1_DB, path)
+    with closing(sqlite3.connect(path)) as conn:  # it really is a version 1 file
+        assert conn.execute("SELECT value FROM meta").fetchall() == [("1",)]
+        assert "exit_code" not in {r[1] for r in conn.execute("PRAGMA table_info(trials)")}
+        counts = "SELECT (SELECT COUNT(*) FROM chunks), (SELECT COUNT(*) FROM pending)"
+        assert conn.execute(counts).fetchone() == (10, 68 + 100)  # chunks and pending rows
+    v1 = _v1_content()
     with open_store(path) as s:
         assert s.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
-        run = s.get_run("old")
-        trial = s.list_trials(run.id)[0]
-        assert trial.state == "completed"
-        assert s.exit_code(trial.id) is None  # the column v2 added
-        s.update_trial(trial.id, exit_code=3)
-        assert s.exit_code(trial.id) == 3
+        run = s.get_run(v1.RUN)
+        end = max(w["end"] for w in v1.TRIALS)
+        assert (run.start, run.end, run.state, run.trials) == (v1.T0, end, "failed", 2)
+        trials = s.list_trials(run.id)
+        assert [{k: getattr(t, k) for k in v1.TRIALS[0]} for t in trials] == [
+            w | {"pids": tuple(w["pids"])} for w in v1.TRIALS
+        ]
+        ids = {t.name: t.id for t in trials}
+        assert all(s.exit_code(i) is None for i in ids.values())  # the column v2 added
+        for trial, metric, device, note, n, _ in v1.SERIES:
+            (info,) = [x for x in s.list_series(ids[trial], metric) if x.device == device]
+            assert info.note == note
+            want_t, want_v = v1.samples(trial, metric, device, n)
+            got_t, got_v = s.read_samples(info.id)
+            assert np.array_equal(got_t, want_t) and np.array_equal(got_v, want_v)
+            assert s.series_extent(info.id) == (want_t[0], want_t[-1], n)
+            w = s.window(info.id, want_t[0], want_t[-1], 7)
+            assert w.buckets is not None and w.corrupt_chunks == 0
+            assert (
+                sum(b.n for b in w.buckets) == n and max(b.max for b in w.buckets) == want_v.max()
+            )
+        for name, tid in ids.items():
+            want = sorted(
+                [
+                    Event(
+                        tid,
+                        e["kind"],
+                        e["t"],
+                        e["name"],
+                        e["step"],
+                        e["duration"],
+                        e["value"],
+                        e["data"],
+                    )
+                    for e in v1.EVENTS
+                    if e["trial"] == name
+                ],
+                key=lambda e: e.t,
+            )
+            assert s.events(tid, -math.inf, math.inf, limit=10_000).events == want
+            assert s.scalars(tid) == sorted(
+                [Scalar(tid, sn, step, t, v) for tr, sn, step, t, v in v1.SCALARS if tr == name],
+                key=lambda x: (x.name, -1 if x.step is None else x.step, x.t),
+            )
+        assert s.corrupt_series() == []
+        # an evaluation begun before a window still shows in it: the spans of events written
+        # before version 2 are filled in by the migration
+        inside = s.events(ids["trial-0"], v1.T0 + 310, v1.T0 + 315, kinds=["evaluation"]).events
+        assert inside is not None and [e.t for e in inside] == [v1.T0 + 300]
+        # old trials get a key, and writers name them by it
+        keys = {t.key for t in trials}
+        assert keys == {f"id-{i}" for i in ids.values()}
+        # the migrated file takes new writes where the old writer left off
+        s.update_trial(ids["oom"], exit_code=137)
+        assert s.exit_code(ids["oom"]) == 137
+        (mem,) = s.list_series(ids["oom"], "gpu.mem")
+        last = s.read_samples(mem.id)[0][-1]
+        s.append_samples([(mem.id, last + 1.0, 1.0)])
+        s.compact()
+        assert len(s.read_samples(mem.id)[0]) == 581
+    # only the copy was opened: the frozen file and its folder are as committed
+    assert hashlib.sha256(V1_DB.read_bytes()).hexdigest() == V1_SHA256
+    assert sorted(p.name for p in DATA.iterdir() if p.name.startswith("v1")) == ["v1.db"]
 
 
 def test_newer_version_is_refused_and_untouched(tmp_path: Path) -> None:

@@ -91,6 +91,8 @@ export interface DeviceSeries {
   min: (number | null)[] | null;
   max: (number | null)[] | null;
   n: number[] | null;
+  /** stored chunks of this window the server could not decode (0: the window is exact) */
+  corrupt_chunks: number;
 }
 
 export interface SeriesWindow {

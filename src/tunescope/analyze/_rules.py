@@ -247,12 +247,10 @@ def cpu_bound(d: TrialData, s: FindingSettings) -> list[Finding]:
     }
     if gpus:
         vals = np.vstack([g.at(t, 1.5 * d.interval()) for g in gpus])
-        with np.errstate(all="ignore"):
-            other = (
-                np.nanmean(np.where(np.isnan(vals), np.nan, vals), axis=0)
-                if np.isfinite(vals).any()
-                else np.full(len(t), np.nan)
-            )
+        # the mean of the GPUs that have a sample near each time, NaN where none has one
+        seen = np.isfinite(vals)
+        n_seen = seen.sum(axis=0)
+        other = np.where(seen, vals, 0.0).sum(axis=0) / np.where(n_seen > 0, n_seen, np.nan)
         waiting = other < s.cpu_bound_gpu_pct
         signal, label = "gpu.util", "the GPU"
         evidence["gpu_threshold_pct"] = s.cpu_bound_gpu_pct

@@ -204,7 +204,8 @@ def export(
     """Export a run's raw samples or events as CSV or JSON.
 
     Samples: run,trial,metric,device,t,elapsed_s,value (value in the metric's base unit).
-    Events: run,trial,kind,name,step,t,elapsed_s,duration_s."""
+    Events: run,trial,kind,name,step,t,elapsed_s,duration_s. Samples the store cannot
+    decode (a damaged database) are left out, with a warning per series on stderr."""
     if out_format not in ("csv", "json"):
         raise ConfigError(f"unknown --format {out_format!r}: use csv or json")
     if what not in ("samples", "events"):
@@ -242,6 +243,7 @@ def export(
                     ]
                     for e in (ev.events or [])
                 )
+        warnings = fmt.damage_warnings(st)
     s_head = ["run", "trial", "metric", "device", "t", "elapsed_s", "value"]
     e_head = ["run", "trial", "kind", "name", "step", "t", "elapsed_s", "duration_s"]
     sink = sys.stdout if out is None else out.open("w", newline="", encoding="utf-8")
@@ -263,6 +265,8 @@ def export(
     finally:
         if out is not None:
             sink.close()
+    for line in warnings:
+        typer.echo(line, err=True)
 
 
 app.command()(report)

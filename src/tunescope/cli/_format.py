@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from tunescope.metrics import metric
+from tunescope.store import Store
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -46,3 +47,20 @@ def value(key: str, v: float | None) -> str:
     if m.unit == "%":
         return f"{d:.0f}%"
     return f"{d:.2f} {m.unit}"
+
+
+def damage_warnings(st: Store) -> list[str]:
+    """One warning line per series whose damaged chunks ``st`` skipped while the command read
+    it (see ``Store.corrupt_series``), naming the series, its trial and run."""
+    lines = []
+    for s, k in st.corrupt_series():
+        trial = st.get_trial(s.trial_id)
+        run = st.get_run(trial.run_id)
+        where = s.metric if s.device is None else f"{s.metric} on GPU {s.device}"
+        chunks = "1 damaged chunk" if k == 1 else f"{k} damaged chunks"
+        lines.append(
+            f"tunescope: warning: series {where} of trial {trial.name!r} in run {run.name!r}: "
+            f"{chunks} could not be decoded and {'was' if k == 1 else 'were'} skipped; "
+            "the rest is used"
+        )
+    return lines

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from tunescope.cli._format import damage_warnings
 from tunescope.errors import ConfigError
 
 __all__ = ["parse_prices", "report"]
@@ -75,7 +76,8 @@ def report(
     Findings: input-bound, near out-of-memory, GPU under-used, busy but not working,
     CPU-bound, idle GPUs, memory growth, evaluation spikes and right-sizing (see
     docs/findings.md). md and html carry a chart of the four headline metrics per trial,
-    ready to paste into a pull request."""
+    ready to paste into a pull request. Stored samples the store cannot decode (a damaged
+    database) are skipped, with a warning per series on stderr."""
     from tunescope.analyze import (
         REPORT_FORMATS,
         build_report,
@@ -106,10 +108,12 @@ def report(
             catalog=catalog,
             charts=charts,
         )
+        warnings = damage_warnings(st)
     stem = out.stem if out is not None else "report"
     text, files = render_report(rep, out_format, image_stem=stem)
     if out is None:
         sys.stdout.write(text)
+        _warn(warnings)
         return
     try:
         for name, data in files.items():
@@ -119,3 +123,9 @@ def report(
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
     extra = f" and {len(files)} chart(s) beside it" if files else ""
     typer.echo(f"wrote {out}{extra}", err=True)
+    _warn(warnings)
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        typer.echo(line, err=True)

@@ -161,6 +161,11 @@ class SeriesOut(BaseModel):
     min: list[float] | None
     max: list[float] | None
     n: list[int] | None
+    corrupt_chunks: int = Field(
+        description="stored chunks of this window whose samples could not be decoded: 0 when "
+        "the window is exact; otherwise those inside it are one bucket each (their stored "
+        "count, min, max and mean) and those cut by its edges are missing"
+    )
 
 
 class WindowOut(BaseModel):

@@ -93,7 +93,8 @@ def run_findings_json(findings: dict[int, list[Finding]], counts: dict[str, int]
 
 
 def window_series_json(w: Window) -> Json:
-    """One device's series in a window: ``raw`` samples or ``buckets``."""
+    """One device's series in a window: ``raw`` samples or ``buckets``, and how many damaged
+    chunks the window could not decode."""
     info = w.series
     if w.samples is not None:
         return {
@@ -105,6 +106,7 @@ def window_series_json(w: Window) -> Json:
             "min": None,
             "max": None,
             "n": None,
+            "corrupt_chunks": w.corrupt_chunks,
         }
     buckets = w.buckets or []
     return {
@@ -116,6 +118,7 @@ def window_series_json(w: Window) -> Json:
         "min": [b.min for b in buckets],
         "max": [b.max for b in buckets],
         "n": [b.n for b in buckets],
+        "corrupt_chunks": w.corrupt_chunks,
     }
 
 

@@ -11,6 +11,11 @@ Timestamps keep millisecond precision; values are float32 (about 7 significant d
 is what the store promises for every sample. Time deltas of a steady sampler are nearly
 constant and XOR-deltas of slowly moving values are mostly zero bytes; byte shuffling groups
 the zero bytes so zlib removes them. A 1 Hz series costs about 3-5 bytes a sample.
+
+Encoding bad input (unsorted times, no samples) is a programming error: ValueError. Decoding
+bytes that are not what encoding made (a damaged database) raises
+:class:`~tunescope.errors.CorruptData` with a one-line message, never ValueError, zlib.error or
+struct.error; the store then skips that chunk (see ``Store.window``).
 """
 
 from __future__ import annotations
@@ -21,11 +26,15 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
+from tunescope.errors import CorruptData
+
 __all__ = [
     "BLOCK_DTYPE",
     "BLOCK_SAMPLES",
     "MAX_DELTA_MS",
+    "check_chunks",
     "decode",
+    "decode_blocks",
     "decode_many",
     "encode",
     "encode_blocks",
@@ -35,6 +44,8 @@ __all__ = [
 _HEADER = struct.Struct("<BIq")
 _VERSION = 1
 MAX_DELTA_MS = 2**31 - 1
+_HALF_MS = 0.0005
+"""Half the stored time resolution: how far apart two stored times may be and still match."""
 
 F64 = npt.NDArray[np.float64]
 
@@ -94,14 +105,56 @@ def encode(ts: F64, vs: F64) -> bytes:
     return _HEADER.pack(_VERSION, n, int(ms[0])) + zlib.compress(body, 6)
 
 
-def decode(blob: bytes) -> tuple[F64, F64]:
-    """Unpack a blob made by :func:`encode` into (times in epoch seconds, float values)."""
+def _head(blob: bytes) -> tuple[int, int]:
+    """(n, t0_ms) of a blob; CorruptData for a short blob, an unknown version or no samples."""
+    if len(blob) < _HEADER.size:
+        raise CorruptData(f"chunk blob truncated: {len(blob)} bytes, shorter than its header")
     version, n, t0 = _HEADER.unpack_from(blob)
     if version != _VERSION:
-        raise ValueError(f"unknown chunk version {version}")
-    body = zlib.decompress(memoryview(blob)[_HEADER.size :])
+        raise CorruptData(f"unknown chunk version {version}")
+    if n == 0:
+        raise CorruptData("chunk blob says it holds no samples")
+    return int(n), int(t0)
+
+
+def _body(blob: bytes, n: int) -> bytes:
+    """The decompressed body of a blob of ``n`` samples: exactly 8n - 4 bytes, one complete
+    zlib stream, nothing after it. Decompresses at most one byte more than that, so a damaged
+    count cannot make it allocate more."""
+    size = 8 * n - 4
+    d = zlib.decompressobj()
+    try:
+        body = d.decompress(memoryview(blob)[_HEADER.size :], size + 1)
+    except zlib.error as exc:
+        raise CorruptData(f"chunk blob has a bad zlib stream ({exc})") from None
+    if len(body) != size:
+        raise CorruptData(
+            f"chunk blob holds {len(body)} bytes of samples, not the {size} its count {n} needs"
+        )
+    if not d.eof:
+        raise CorruptData("chunk blob truncated: its zlib stream does not end")
+    if d.unused_data:
+        raise CorruptData(f"chunk blob has {len(d.unused_data)} stray bytes after its samples")
+    return body
+
+
+def _check_sorted(deltas: npt.NDArray[np.generic]) -> None:
+    if deltas.size and int(deltas.min()) < 0:
+        raise CorruptData("chunk blob has times that go backwards")
+
+
+def decode(blob: bytes) -> tuple[F64, F64]:
+    """Unpack a blob made by :func:`encode` into (times in epoch seconds, float values).
+
+    Raises CorruptData (one line) for a blob that is not one: truncated, an unknown version, a
+    bad zlib stream, a body whose size does not match its sample count, times out of order.
+    zlib's checksum lets about one damaged blob in 2**16 through; :func:`check_chunks` holds
+    the decoded samples against the chunk's stored summary to catch those."""
+    n, t0 = _head(blob)
+    body = _body(blob, n)
     dsize = 4 * (n - 1)
     deltas = _unshuffle(body[:dsize], n - 1, np.int32)
+    _check_sorted(deltas)
     ms = np.empty(n, dtype=np.int64)
     ms[0] = t0
     np.cumsum(deltas, dtype=np.int64, out=ms[1:])
@@ -132,22 +185,21 @@ def decode_many(blobs: list[bytes]) -> tuple[F64, F64, npt.NDArray[np.int64]]:
     the given order. Full-size chunks of equal length are decoded in one vectorised pass."""
     if not blobs:
         return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
-    heads = [_HEADER.unpack_from(b) for b in blobs]
-    counts = np.array([h[1] for h in heads], dtype=np.int64)
-    if any(h[0] != _VERSION for h in heads):
-        raise ValueError("unknown chunk version")
+    heads = [_head(b) for b in blobs]
+    counts = np.array([h[0] for h in heads], dtype=np.int64)
     n = int(counts[0])
     if n > 1 and bool(np.all(counts == n)):
         k = len(blobs)
-        body = np.frombuffer(
-            b"".join(zlib.decompress(memoryview(b)[_HEADER.size :]) for b in blobs), dtype=np.uint8
-        ).reshape(k, 8 * n - 4)
+        body = np.frombuffer(b"".join(_body(b, n) for b in blobs), dtype=np.uint8).reshape(
+            k, 8 * n - 4
+        )
         deltas = np.ascontiguousarray(
             body[:, : 4 * (n - 1)].reshape(k, 4, n - 1).transpose(0, 2, 1)
         ).view(np.int32)
         deltas = deltas.reshape(k, n - 1)
+        _check_sorted(deltas)
         ms = np.empty((k, n), dtype=np.int64)
-        ms[:, 0] = [h[2] for h in heads]
+        ms[:, 0] = [h[1] for h in heads]
         ms[:, 1:] = np.cumsum(deltas, axis=1, dtype=np.int64) + ms[:, :1]
         xor = np.ascontiguousarray(body[:, 4 * (n - 1) :].reshape(k, 4, n).transpose(0, 2, 1)).view(
             np.uint32
@@ -160,3 +212,52 @@ def decode_many(blobs: list[bytes]) -> tuple[F64, F64, npt.NDArray[np.int64]]:
         )
     parts = [decode(b) for b in blobs]
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), counts)
+
+
+def check_chunks(t: F64, v: F64, counts: npt.NDArray[np.int64], rows: F64) -> None:
+    """CorruptData unless decoded chunks (their samples concatenated, ``counts`` samples each)
+    agree with their stored summaries, ``rows`` of (t_first, t_last, n, min, max, sum): the
+    same count, first and last time (to the stored millisecond), min and max, and sum (to
+    rounding)."""
+    if not np.array_equal(rows[:, 2], counts):
+        raise CorruptData("a chunk decodes to a different number of samples than its row says")
+    starts = np.cumsum(counts) - counts
+    last = starts + counts - 1
+    ok = (
+        np.all(np.abs(t[starts] - rows[:, 0]) <= _HALF_MS)
+        and np.all(np.abs(t[last] - rows[:, 1]) <= _HALF_MS)
+        and np.array_equal(np.minimum.reduceat(v, starts), rows[:, 3])
+        and np.array_equal(np.maximum.reduceat(v, starts), rows[:, 4])
+        and np.all(
+            np.abs(np.add.reduceat(v, starts) - rows[:, 5])
+            <= 1e-9 * np.add.reduceat(np.abs(v), starts)
+        )
+    )
+    if not ok:
+        raise CorruptData("a chunk decodes to samples that disagree with its stored summary")
+
+
+def decode_blocks(blob: bytes, n: int, t_first: float, t_last: float) -> npt.NDArray[np.void]:
+    """The block summaries (BLOCK_DTYPE records) of a chunk of ``n`` samples from ``t_first`` to
+    ``t_last``. CorruptData (one line) when the blob is not that: the wrong size, block counts
+    that do not add up to ``n``, or blocks out of order or outside the chunk's span."""
+    blocks = -(-n // BLOCK_SAMPLES)
+    if len(blob) != blocks * BLOCK_DTYPE.itemsize:
+        raise CorruptData(
+            f"block summaries of {len(blob)} bytes, not the {blocks * BLOCK_DTYPE.itemsize} "
+            f"a chunk of {n} samples has"
+        )
+    rec = np.frombuffer(blob, dtype=BLOCK_DTYPE)
+    lo, hi = rec["t_first"], rec["t_last"]
+    ok = (
+        int(rec["n"].sum(dtype=np.int64)) == n
+        and bool(np.all((rec["n"] >= 1) & (rec["n"] <= BLOCK_SAMPLES)))
+        and bool(np.all(lo <= hi))
+        and bool(np.all(lo[1:] >= hi[:-1]))
+        and bool(np.all(rec["min"] <= rec["max"]))
+        and abs(float(lo[0]) - t_first) <= _HALF_MS
+        and abs(float(hi[-1]) - t_last) <= _HALF_MS
+    )
+    if not ok:
+        raise CorruptData("block summaries do not match their chunk (counts, order or span)")
+    return rec

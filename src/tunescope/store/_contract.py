@@ -26,6 +26,11 @@ Promises common to every method:
 * **Atomicity.** Each write method is one transaction: on error nothing of it is kept. A
   connection lost while committing leaves unknown whether the commit happened: the call raises
   StoreUnavailable, and :meth:`Store.write` is the way to write what must land exactly once.
+* **Damage stays local.** A chunk whose stored bytes cannot be decoded (or disagree with its
+  summary row) is skipped by reads, never raised: :meth:`read_samples` leaves its samples out,
+  :meth:`window` uses its stored count, min, max and sum where the chunk lies inside the
+  window and says how many chunks it could not decode (``Window.corrupt_chunks``), and
+  :meth:`corrupt_series` lists every series a store had to skip chunks of.
 
 Derived queries (windows, event binning, the ``lost`` state) are written once here, on top of
 the few primitives each backend implements.
@@ -40,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from tunescope.errors import CorruptData
 from tunescope.store._batch import Batch
-from tunescope.store._codec import BLOCK_DTYPE, F64, decode, decode_many
+from tunescope.store._codec import F64, check_chunks, decode, decode_blocks, decode_many
 from tunescope.store._model import (
     Bucket,
     Event,
@@ -55,6 +61,9 @@ from tunescope.store._model import (
 )
 
 __all__ = ["CHUNK_SAMPLES", "LOST_AFTER_S", "Store"]
+
+_Summary = tuple[int, float, float, int, float, float, float]
+"""A chunk's summary row: (chunk_id, t_first, t_last, n, min, max, sum)."""
 
 CHUNK_SAMPLES = 256
 """Samples per compressed chunk. Small enough that decoding the chunks a window's bucket
@@ -185,9 +194,7 @@ class Store(abc.ABC):
         they finish; queries see pending samples either way."""
 
     @abc.abstractmethod
-    def _chunk_summaries(
-        self, series_id: int, start: float, end: float
-    ) -> list[tuple[int, float, float, int, float, float, float]]:
+    def _chunk_summaries(self, series_id: int, start: float, end: float) -> list[_Summary]:
         """(chunk_id, t_first, t_last, n, min, max, sum) of chunks overlapping [start, end],
         ordered by time."""
 
@@ -253,20 +260,61 @@ class Store(abc.ABC):
     def read_samples(
         self, series_id: int, start: float = -np.inf, end: float = np.inf
     ) -> tuple[F64, F64]:
-        """Every raw sample with start <= t <= end, sorted by time."""
+        """Every raw sample with start <= t <= end, sorted by time. The samples of a chunk that
+        cannot be decoded are left out, and the series is listed by :meth:`corrupt_series`."""
         summaries = self._chunk_summaries(series_id, start, end)
-        blobs = self._chunk_blobs([c[0] for c in summaries])
+        t, v, bad = self._decode_chunks(summaries)
+        self._note_corrupt(series_id, bad)
+        keep = (t >= start) & (t <= end)
+        pt, pv = self._pending(series_id, start, end)
+        return np.concatenate([t[keep], pt]), np.concatenate([v[keep], pv])
+
+    def corrupt_series(self) -> list[tuple[SeriesInfo, int]]:
+        """Series whose reads through this store skipped chunks that could not be decoded
+        (or that disagree with their summary row), with how many distinct chunks each, by
+        series id. For a command that reads through many layers (a report, an export) to say
+        once what it had to leave out."""
+        seen = dict(self._corrupt_seen())
+        return [(self._series_info(sid), len(seen[sid])) for sid in sorted(seen)]
+
+    def _corrupt_seen(self) -> dict[int, set[int]]:
+        # created on first use, so backends need not call a base initialiser
+        seen: dict[int, set[int]] = vars(self).setdefault("_corrupt_chunks_seen", {})
+        return seen
+
+    def _note_corrupt(self, series_id: int, bad: Sequence[_Summary]) -> None:
+        if bad:
+            self._corrupt_seen().setdefault(series_id, set()).update(r[0] for r in bad)
+
+    def _decode_chunks(self, rows: Sequence[_Summary]) -> tuple[F64, F64, list[_Summary]]:
+        """The samples of the given chunks, concatenated in their order, and the rows of those
+        that could not be decoded or whose samples disagree with their summary row (see
+        :func:`check_chunks`); those are left out."""
+        if not rows:
+            return np.empty(0), np.empty(0), []
+        blobs = self._chunk_blobs([r[0] for r in rows])
+        summ = np.asarray(rows, dtype=np.float64)[:, 1:]
+        try:  # every chunk at once, the common case
+            t, v, counts = decode_many([blobs[r[0]] for r in rows])
+            check_chunks(t, v, counts, summ)
+            return t, v, []
+        except CorruptData:
+            pass
         ts: list[F64] = []
         vs: list[F64] = []
-        for cid, *_ in summaries:
-            t, v = decode(blobs[cid])
-            keep = (t >= start) & (t <= end)
-            ts.append(t[keep])
-            vs.append(v[keep])
-        pt, pv = self._pending(series_id, start, end)
-        ts.append(pt)
-        vs.append(pv)
-        return np.concatenate(ts), np.concatenate(vs)
+        bad: list[_Summary] = []
+        for i, r in enumerate(rows):
+            try:
+                t, v = decode(blobs[r[0]])
+                check_chunks(t, v, np.array([len(t)]), summ[i : i + 1])
+            except CorruptData:
+                bad.append(r)
+                continue
+            ts.append(t)
+            vs.append(v)
+        if not ts:
+            return np.empty(0), np.empty(0), bad
+        return np.concatenate(ts), np.concatenate(vs), bad
 
     def window(self, series_id: int, start: float, end: float, points: int) -> Window:
         """A window [start, end] of a series as at most ``points`` buckets.
@@ -283,6 +331,12 @@ class Store(abc.ABC):
         shorter than a block means a window of fewer than points x BLOCK_SAMPLES samples.
         Assigning whole items by midpoint keeps buckets ordered and disjoint, since items
         never overlap in time.
+
+        A chunk that must be decoded but cannot be (see :meth:`_decode_chunks`) is counted in
+        ``corrupt_chunks``: one inside the window goes in whole as its stored summary (its
+        bucket is coarser, its count, min, max and mean still exact); one cut by the window's
+        edges is left out. Damaged block summaries fall back to decoding the chunk, which
+        loses nothing and is not counted.
         """
         if points < 1:
             raise ValueError("points must be at least 1")
@@ -294,9 +348,9 @@ class Store(abc.ABC):
         width = (end - start) / points
         parts = _Parts()
         parts.samples(pt, pv)
+        corrupt = 0
         if summ:
             c = np.asarray(summ, dtype=np.float64)
-            ids = c[:, 0].astype(np.int64)
             inside = (c[:, 1] >= start) & (c[:, 2] <= end)
             if c[inside, 3].sum() + len(pt) <= 2 * points:
                 whole = np.zeros(len(c), dtype=bool)
@@ -304,16 +358,22 @@ class Store(abc.ABC):
             else:
                 whole = inside & (c[:, 2] - c[:, 1] <= width)
                 finer = inside & ~whole
-            parts.items(
-                c[whole, 1], c[whole, 2], c[whole, 3], c[whole, 4], c[whole, 5], c[whole, 6]
-            )
-            decode_ids = ids[~inside | (~whole & ~finer)].tolist()
-            finer_ids = ids[finer].tolist()
-            if finer_ids:
-                blocks = self._chunk_blobs(finer_ids, "blocks")
-                recs = [np.frombuffer(blocks[i], dtype=BLOCK_DTYPE) for i in finer_ids]
-                ok = [bool(np.all(r["t_last"] - r["t_first"] <= width)) for r in recs]
-                good = [r for r, k in zip(recs, ok, strict=True) if k]
+            parts.chunks(c[whole])
+            to_decode = [summ[i] for i in np.flatnonzero(~inside | (~whole & ~finer))]
+            finer_rows = [summ[i] for i in np.flatnonzero(finer)]
+            if finer_rows:
+                blocks = self._chunk_blobs([r[0] for r in finer_rows], "blocks")
+                good = []
+                for r in finer_rows:
+                    try:
+                        rec = decode_blocks(blocks[r[0]], r[3], r[1], r[2])
+                    except CorruptData:
+                        to_decode.append(r)
+                        continue
+                    if bool(np.all(rec["t_last"] - rec["t_first"] <= width)):
+                        good.append(rec)
+                    else:
+                        to_decode.append(r)
                 if good:
                     b = np.concatenate(good)
                     parts.items(
@@ -324,18 +384,27 @@ class Store(abc.ABC):
                         b["max"].astype(np.float64),
                         b["sum"],
                     )
-                decode_ids += [i for i, k in zip(finer_ids, ok, strict=True) if not k]
-            if decode_ids:
-                blobs = self._chunk_blobs(decode_ids)
-                ts, vs, _ = decode_many([blobs[i] for i in decode_ids])
+            if to_decode:
+                ts, vs, bad = self._decode_chunks(to_decode)
                 keep = (ts >= start) & (ts <= end)
                 parts.samples(ts[keep], vs[keep])
+                if bad:
+                    self._note_corrupt(series_id, bad)
+                    corrupt = len(bad)
+                    lost = np.asarray(bad, dtype=np.float64)
+                    parts.chunks(lost[(lost[:, 1] >= start) & (lost[:, 2] <= end)])
         if not parts.has_items() and parts.sample_count() <= points:
             ts, vs = parts.sorted_samples()
             return Window(
-                info, start, end, samples=list(zip(ts.tolist(), vs.tolist(), strict=True))
+                info,
+                start,
+                end,
+                samples=list(zip(ts.tolist(), vs.tolist(), strict=True)),
+                corrupt_chunks=corrupt,
             )
-        return Window(info, start, end, buckets=parts.buckets(start, width, points))
+        return Window(
+            info, start, end, buckets=parts.buckets(start, width, points), corrupt_chunks=corrupt
+        )
 
     def count_events(
         self,
@@ -384,6 +453,10 @@ class _Parts:
     def items(self, t_first: F64, t_last: F64, n: F64, vmin: F64, vmax: F64, vsum: F64) -> None:
         if len(t_first):
             self._items.append((t_first, t_last, n, vmin, vmax, vsum))
+
+    def chunks(self, rows: F64) -> None:
+        """Whole chunks as items, from their summary rows (as an array of _Summary)."""
+        self.items(rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4], rows[:, 5], rows[:, 6])
 
     def samples(self, ts: F64, vs: F64) -> None:
         if len(ts):

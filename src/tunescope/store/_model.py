@@ -73,7 +73,10 @@ class Bucket:
 class Window:
     """A window of one series: raw samples when few enough, else buckets.
 
-    Exactly one of ``samples`` and ``buckets`` is not None.
+    Exactly one of ``samples`` and ``buckets`` is not None. ``corrupt_chunks`` counts the
+    chunks of the window whose stored samples could not be decoded: those inside the window
+    are in it as their stored summary (a coarser bucket, exact count, min, max and mean),
+    those cut by its edges are missing. 0 means the window is exact as promised.
     """
 
     series: SeriesInfo
@@ -81,6 +84,7 @@ class Window:
     end: float
     samples: list[tuple[float, float]] | None = None
     buckets: list[Bucket] | None = None
+    corrupt_chunks: int = 0
 
 
 @dataclass(frozen=True)

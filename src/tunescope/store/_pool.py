@@ -185,6 +185,17 @@ class PooledStore(Store):
     def _series_info(self, series_id: int) -> SeriesInfo:
         return self._call("_series_info", series_id)  # type: ignore[no-any-return]
 
+    def corrupt_series(self) -> list[tuple[SeriesInfo, int]]:
+        """What every member skipped (see :meth:`Store.corrupt_series`)."""
+        with self._lock:
+            members = list(self._all)
+        merged: dict[int, tuple[SeriesInfo, int]] = {}
+        for st in members:
+            for info, n in st.corrupt_series():
+                old = merged.get(info.id)
+                merged[info.id] = (info, max(n, old[1] if old else 0))
+        return [merged[k] for k in sorted(merged)]
+
     # derived queries: one member for the whole query
     def read_samples(
         self, series_id: int, start: float = -np.inf, end: float = np.inf

@@ -51,7 +51,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 3: trials named by a key their writer makes, so a trial starts recording before the
     #    store is reachable (older trials get 'id-<id>'); the ids of the batches written, so a
-    #    batch sent twice (a retry, a replay from the spool) is written once
+    #    batch sent twice (a retry, a replay from the spool) is written once; the event spans
+    #    of events written before version 2
     (
         "ALTER TABLE trials ADD COLUMN trial_key TEXT",
         "UPDATE trials SET trial_key = 'id-' || CAST(id AS TEXT)",
@@ -59,6 +60,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TABLE batches (
             id TEXT PRIMARY KEY, trial_id INTEGER NOT NULL REFERENCES trials(id),
             t {real} NOT NULL)""",
+        # version 2 made event_spans for events written from then on: fill it for older ones
+        "DELETE FROM event_spans",
+        """INSERT INTO event_spans (trial_id, kind, max_duration)
+            SELECT trial_id, kind, MAX(duration) FROM events WHERE duration IS NOT NULL
+            GROUP BY trial_id, kind""",
     ),
 )
 

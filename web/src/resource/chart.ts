@@ -28,6 +28,8 @@ interface DeviceMeta {
   device: string | null;
   label: string;
   note: string | null;
+  /** damaged chunks the server could not decode in this window */
+  damaged: number;
   mode: string;
   count: number;
   max: number | null;
@@ -96,7 +98,8 @@ export function shape(win: SeriesWindow, metric: MetricInfo, offset: number): Sh
     }
     tables.push([x, mean, lo, hi] as uPlot.AlignedData);
     devices.push({
-      device: s.device, label: deviceLabel(metric, s.device), note: s.note, mode: s.mode,
+      device: s.device, label: deviceLabel(metric, s.device), note: s.note,
+      damaged: s.corrupt_chunks ?? 0, mode: s.mode,
       count: s.t.length, max, last: s.t.length ? s.t[s.t.length - 1] - offset : null,
       color: PALETTE[i % PALETTE.length],
     });
@@ -341,9 +344,14 @@ export class MetricChart {
           }
         }
       }
-      return h("span", { class: "legend-item", title: d.note ?? "" },
+      const damage = d.damaged
+        ? `${d.damaged} damaged chunk${d.damaged === 1 ? "" : "s"} of stored samples could not ` +
+          "be read: shown as one coarser bucket each, or missing at the window's edges"
+        : "";
+      return h("span", { class: "legend-item", title: [d.note, damage].filter(Boolean).join("; ") },
         h("span", { class: "swatch", style: `--c:${d.color}` }),
-        h("span", { class: "legend-label" }, d.label + (d.note ? " *" : "")),
+        h("span", { class: "legend-label" },
+          d.label + (d.damaged ? " (damaged)" : d.note ? " *" : "")),
         h("span", { class: "legend-value" }, text || "—"));
     });
     const x = hovering && u ? u.posToVal(u.cursor.left ?? 0, "x") : null;

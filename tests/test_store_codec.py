@@ -1,0 +1,217 @@
+"""The chunk codec on its own: exact round trips to the stored precision, the vectorised
+decoder agreeing with the plain one, CorruptData (one line) for every kind of damaged blob,
+and chunks split where two samples are more than ~24 days apart."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tunescope.errors import CorruptData
+from tunescope.store import CHUNK_SAMPLES, Store
+from tunescope.store._codec import (
+    BLOCK_DTYPE,
+    BLOCK_SAMPLES,
+    MAX_DELTA_MS,
+    check_chunks,
+    decode,
+    decode_blocks,
+    decode_many,
+    encode,
+    encode_blocks,
+    to_stored,
+)
+
+T0_MS = 1_700_000_000_000
+
+_values = st.floats(allow_nan=False, allow_infinity=False, width=32)
+_deltas = st.one_of(st.integers(0, 2_000), st.integers(0, MAX_DELTA_MS))
+
+
+@st.composite
+def _chunks(draw: st.DrawFn, max_n: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted millisecond times (as epoch seconds) and float32 values, as the store keeps."""
+    n = draw(st.integers(1, max_n))
+    deltas = draw(st.lists(_deltas, min_size=n - 1, max_size=n - 1))
+    t0 = draw(st.integers(0, 4_000_000_000_000))
+    ms = np.cumsum(np.array([t0, *deltas], dtype=np.int64))
+    vs = np.array(draw(st.lists(_values, min_size=n, max_size=n)), dtype=np.float64)
+    return ms / 1000.0, vs
+
+
+@settings(max_examples=100, deadline=None)
+@given(chunk=_chunks())
+def test_round_trip_is_exact_to_the_stored_precision(
+    chunk: tuple[np.ndarray, np.ndarray],
+) -> None:
+    ts, vs = chunk
+    t, v = decode(encode(ts, vs))
+    assert np.array_equal(t, ts) and np.array_equal(v, vs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    t0=st.floats(0.0, 4e9),
+    gaps=st.lists(st.floats(0.0, 2e6), max_size=299),
+    raw_v=st.lists(st.floats(-3e38, 3e38), min_size=300, max_size=300),
+)
+def test_any_samples_come_back_as_ms_times_and_float32_values(
+    t0: float, gaps: list[float], raw_v: list[float]
+) -> None:
+    raw_t = t0 + np.cumsum([0.0, *gaps])
+    n = len(raw_t)
+    ts, vs = to_stored(raw_t, raw_v[:n])
+    t, v = decode(encode(ts, vs))
+    assert np.array_equal(t, ts) and np.array_equal(v, vs)
+    assert np.array_equal(v, np.float32(raw_v[:n]).astype(np.float64))
+    assert np.all(np.abs(t - raw_t) <= 0.0005 + 1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    chunks=st.lists(_chunks(max_n=80), min_size=1, max_size=6),
+    equal=st.integers(1, 70),
+    copies=st.integers(0, 5),
+)
+def test_decode_many_equals_concatenated_decode(
+    chunks: list[tuple[np.ndarray, np.ndarray]], equal: int, copies: int
+) -> None:
+    # chunks of mixed sizes, then chunks all of one size (the vectorised path)
+    same = [(ts[:equal], vs[:equal]) for ts, vs in chunks if len(ts) >= equal] * copies
+    for group in (chunks, same):
+        blobs = [encode(ts, vs) for ts, vs in group]
+        t, v, counts = decode_many(blobs)
+        parts = [decode(b) for b in blobs]
+        assert counts.tolist() == [len(ts) for ts, _ in group]
+        assert np.array_equal(t, np.concatenate([p[0] for p in parts] or [np.empty(0)]))
+        assert np.array_equal(v, np.concatenate([p[1] for p in parts] or [np.empty(0)]))
+
+
+def _blob(n: int = 300, seed: int = 0) -> bytes:
+    rng = np.random.default_rng(seed)
+    ts = (T0_MS + np.cumsum(rng.integers(900, 1100, n))) / 1000.0
+    return encode(ts, rng.normal(50, 20, n))
+
+
+def _corrupt(blob: bytes, match: str) -> None:
+    """Both decoders refuse ``blob`` with one line matching ``match``, alone or among good
+    blobs of the same size (the vectorised path)."""
+    with pytest.raises(CorruptData, match=match) as one:
+        decode(blob)
+    assert "\n" not in str(one.value)
+    with pytest.raises(CorruptData, match=match):
+        decode_many([_blob(), blob, _blob(seed=1)])
+
+
+def test_unknown_version_is_corrupt_data() -> None:
+    blob = _blob()
+    _corrupt(b"\x02" + blob[1:], "unknown chunk version 2")
+    _corrupt(b"\xff" + blob[1:], "unknown chunk version 255")
+
+
+def test_every_truncation_is_corrupt_data() -> None:
+    blob = _blob()
+    for size in range(len(blob)):
+        _corrupt(blob[:size], "truncated|zlib|holds")
+
+
+def test_no_garbled_bit_passes_the_decoder_and_the_chunk_summary_unnoticed() -> None:
+    blob = _blob()
+    t, v = decode(blob)
+    row = np.array([[t[0], t[-1], len(t), v.min(), v.max(), v.sum()]])
+    check_chunks(t, v, np.array([len(t)]), row)
+    by_decoder = by_summary = harmless = 0
+    for i in range(1, len(blob)):  # the count, the first time, the zlib stream
+        for bit in (0x01, 0x80):
+            garbled = bytearray(blob)
+            garbled[i] ^= bit
+            try:
+                gt, gv = decode(bytes(garbled))
+            except CorruptData as exc:
+                assert "\n" not in str(exc)
+                by_decoder += 1
+                continue
+            if np.array_equal(gt, t) and np.array_equal(gv, v):
+                harmless += 1  # e.g. a padding bit after the last deflate block
+                continue
+            with pytest.raises(CorruptData, match=r"disagree|number of samples"):
+                check_chunks(gt, gv, np.array([len(gt)]), row)
+            by_summary += 1
+    assert by_decoder + by_summary + harmless == 2 * (len(blob) - 1)
+    # the decoder alone catches all but the first time (8 bytes) and zlib checksum misses
+    assert by_decoder >= 2 * (len(blob) - 1 - 8) - 5 and by_summary >= 16
+
+
+def test_count_mismatch_stray_bytes_and_empty_chunks_are_corrupt_data() -> None:
+    blob = _blob(n=300)
+    body = zlib.decompress(blob[13:])
+    version, n, t0 = struct.unpack_from("<BIq", blob)
+    assert (version, n) == (1, 300)
+    # a whole, valid zlib stream holding one sample fewer than the count says
+    short = struct.pack("<BIq", 1, n, t0) + zlib.compress(body[:-8])
+    _corrupt(short, "holds 2388 bytes of samples, not the 2396 its count 300 needs")
+    _corrupt(blob + b"\x00", "1 stray bytes after its samples")
+    _corrupt(struct.pack("<BIq", 1, 0, t0) + zlib.compress(b""), "holds no samples")
+    # a count in the billions decompresses no further than the body it really has
+    huge = struct.pack("<BIq", 1, 2**32 - 1, t0) + blob[13:]
+    _corrupt(huge, "not the 34359738356 its count 4294967295 needs")
+
+
+def test_block_summaries_of_the_wrong_size_or_counts_are_corrupt_data() -> None:
+    rng = np.random.default_rng(3)
+    n = 3 * BLOCK_SAMPLES + 5
+    ts, vs = to_stored(1_700_000_000 + np.arange(n) * 1.001, rng.normal(0, 1, n))
+    good = encode_blocks(ts, vs)
+    rec = decode_blocks(good, n, float(ts[0]), float(ts[-1]))
+    assert rec["n"].tolist() == [32, 32, 32, 5]
+    assert rec["max"][3] == np.float32(vs[-5:].max())
+    for blob, match in [
+        (good[:-1], f"{len(good) - 1} bytes, not the {len(good)}"),
+        (good + good[-BLOCK_DTYPE.itemsize :], f"not the {len(good)} a chunk of 101 samples"),
+        (b"", "block summaries of 0 bytes"),
+        (bytes(len(good)), "do not match their chunk"),
+    ]:
+        with pytest.raises(CorruptData, match=match) as err:
+            decode_blocks(blob, n, float(ts[0]), float(ts[-1]))
+        assert "\n" not in str(err.value)
+    for wrong in [(n - 1, ts[0], ts[-1]), (n, ts[0] + 1, ts[-1]), (n, ts[0], ts[-1] - 1)]:
+        with pytest.raises(CorruptData):
+            decode_blocks(good, int(wrong[0]), float(wrong[1]), float(wrong[2]))
+
+
+def test_encoding_bad_input_stays_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="one or more samples"):
+        encode(np.empty(0), np.empty(0))
+    with pytest.raises(ValueError, match="sorted"):
+        encode(np.array([2.0, 1.0]), np.array([0.0, 0.0]))
+    with pytest.raises(ValueError, match="24 days"):
+        encode(np.array([0.0, (MAX_DELTA_MS + 1) / 1000.0]), np.array([0.0, 0.0]))
+    assert len(decode(encode(np.array([0.0, MAX_DELTA_MS / 1000.0]), np.zeros(2)))[0]) == 2
+
+
+def test_gaps_over_24_days_split_chunks_and_every_sample_reads_back(store: Store) -> None:
+    tid = store.create_trial(store.ensure_run("r", start=1e9).id, start=1e9).id
+    sid = store.series(tid, "cpu.util").id
+    gap = (MAX_DELTA_MS + 1) / 1000.0  # one millisecond over what a chunk can hold
+    ts = [1e9 + i for i in range(10)]
+    ts += [ts[-1] + gap + i for i in range(10)]
+    ts += [ts[-1] + MAX_DELTA_MS / 1000.0]  # exactly the most one chunk can span
+    ts += [ts[-1] + gap + i for i in range(100)]
+    ts += [ts[-1] + gap + i for i in range(2 * CHUNK_SAMPLES - 100)]
+    vs = [float(i % 97) for i in range(len(ts))]
+    # the first 21 go to pending rows, packed by compact(); the rest straight into chunks
+    store.append_samples((sid, t, v) for t, v in zip(ts[:21], vs[:21], strict=True))
+    store.compact()
+    store.append_samples((sid, t, v) for t, v in zip(ts[21:], vs[21:], strict=True))
+    chunks = store._chunk_summaries(sid, -np.inf, np.inf)
+    assert [c[3] for c in chunks] == [10, 11, 100, CHUNK_SAMPLES - 100, CHUNK_SAMPLES]
+    got_t, got_v = store.read_samples(sid)
+    want_t, want_v = to_stored(ts, vs)
+    assert np.array_equal(got_t, want_t) and np.array_equal(got_v, want_v)
+    w = store.window(sid, ts[0], ts[-1], 10_000)
+    assert w.samples is not None and [s[0] for s in w.samples] == want_t.tolist()

@@ -72,7 +72,7 @@ def test_interactive_docs_page(app: FastAPI) -> None:
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get("/api/docs")
 
     r = asyncio.run(go())

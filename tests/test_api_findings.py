@@ -35,7 +35,7 @@ COUNTS_NONE = {"high": 0, "moderate": 0, "low": 0}
 def call(app: FastAPI, url: str) -> httpx.Response:
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get(url)
 
     return asyncio.run(go())

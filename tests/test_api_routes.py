@@ -35,7 +35,7 @@ def call(app: FastAPI, url: str, **params: Any) -> httpx.Response:
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get(url, params=params)
 
     return asyncio.run(go())
@@ -396,7 +396,7 @@ def test_live_samples_appear_in_the_next_request(app: FastAPI, data: Data, sqlit
 def test_concurrent_requests_share_one_store(app: FastAPI, data: Data) -> None:
     async def many() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             reqs = [
                 c.get(f"/api/trials/{data.done}/series", params={"metric": m, "points": 200})
                 for m in ("gpu.mem", "gpu.util", "cpu.util", "cpu.mem") * 4

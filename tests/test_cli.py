@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import http.client
 import io
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +86,57 @@ def test_help_lists_every_command() -> None:
     assert p.returncode == 0
     for name in ("run", "runs", "trials", "export", "metrics", "demo", "ui"):
         assert name in p.stdout
+
+
+def _status(port: int, host: str) -> int:
+    """The status of GET /api/health at 127.0.0.1:port sent with this Host header."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/api/health", headers={"Host": host})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_ui_on_a_wildcard_answers_localhost_and_allowed_names_only(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    open_store(db).close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    args = ["ui", "--store", str(db), "--host", "0.0.0.0", "--port", str(port)]
+    args += ["--allow-host", "gpubox", "--allow-host", "GPUbox.lab.example"]
+    with (tmp_path / "server.log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tunescope", *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    try:
+        assert proc.stdout is not None
+        # the URL to open names localhost: the wildcard address names no host
+        assert proc.stdout.readline().startswith(f"Open http://localhost:{port}/ ")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                first = _status(port, f"localhost:{port}")
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    tmp_path / "server.log"
+                ).read_text()
+                time.sleep(0.2)
+        assert first == 200
+        for host in (f"127.0.0.1:{port}", f"gpubox:{port}", "gpubox.lab.example"):
+            assert _status(port, host) == 200, host
+        for host in (f"evil.example:{port}", f"0.0.0.0:{port}", f"gpubox.evil.example:{port}"):
+            assert _status(port, host) == 400, host
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 CHILD = """

@@ -84,7 +84,7 @@ def create_app(
         "Times are UNIX epoch seconds; values are in the metric's base unit; null means "
         'missing. Errors: {"error": {"status", "code", "message"}}.',
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,  # /api/docs is served with the page (_static.py), without a CDN
         redoc_url=None,
         lifespan=lifespan,
     )

@@ -88,6 +88,45 @@ def test_help_lists_every_command() -> None:
         assert name in p.stdout
 
 
+def test_names_with_control_characters_print_as_escapes(tmp_path: Path) -> None:
+    """A run named with an escape sequence and a newline, a trial with a tab and a param
+    with a terminal-title sequence: every command prints them escaped, each table row on
+    one line, and no control byte reaches the terminal."""
+    db = tmp_path / "t.db"
+    t0 = 1_700_000_000.0
+    with open_store(db) as st:
+        evil = st.ensure_run("evil\x1b[2J\nname", start=t0)
+        tr = st.create_trial(evil.id, "tab\tbed", {"note": "a\x1b]0;pwned\x07b"}, start=t0)
+        st.update_trial(tr.id, state="completed", end=t0 + 60)
+        st.ensure_run("plain", start=t0 - 100)
+
+    def clean(text: str) -> str:
+        assert all(c == "\n" or c.isprintable() for c in text), repr(text)
+        return text
+
+    runs = cli("runs", "--store", str(db))
+    assert runs.returncode == 0, runs.stderr
+    head, rule, *rows = clean(runs.stdout).splitlines()
+    assert set(rule) == {"-", " "} and len(rows) == 2  # one line per run
+    assert rows[0].startswith("evil\\x1b[2J\\nname  ") and rows[1].startswith("plain  ")
+    col = head.index("state")
+    assert rows[0].index("completed") == col and rows[1].index("empty") == col
+    trials = cli("trials", str(evil.id), "--store", str(db))
+    assert trials.returncode == 0, trials.stderr
+    head, rule, *rows = clean(trials.stdout).splitlines()
+    assert set(rule) == {"-", " "} and len(rows) == 1 and rows[0].startswith("tab\\tbed  ")
+    assert rows[0].index("completed") == head.index("state")
+    assert rows[0].endswith("note=a\\x1b]0;pwned\\x07b")
+    report = cli("report", str(evil.id), "--store", str(db))
+    assert report.returncode == 0, report.stderr
+    assert "Trial tab\\tbed [completed]" in clean(report.stdout)
+    assert "params: note=a\\x1b]0;pwned\\x07b" in report.stdout
+    # an error message that quotes a name as it was given
+    bad = cli("runs", "--store", str(tmp_path / "gone\x1b[2J" / "x.db"))
+    _one_line_error(bad, "gone\\x1b[2J")
+    clean(bad.stderr)
+
+
 def _status(port: int, host: str) -> int:
     """The status of GET /api/health at 127.0.0.1:port sent with this Host header."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

@@ -305,8 +305,9 @@ def demo(
     with open_store(url) as st:
         typer.echo("")
         typer.echo(trials_table(st, run_name))
-    typer.echo(f"\nData: {url}  (run {run_name!r})")
-    typer.echo(f"Export: tunescope export {run_name} --store {url}")
+    shown_url, shown_run = fmt.printable(url), fmt.printable(run_name)
+    typer.echo(f"\nData: {shown_url}  (run {shown_run})")
+    typer.echo(f"Export: tunescope export {shown_run} --store {shown_url}")
     if serve:
         _serve(url, "127.0.0.1", port, run_name)
 

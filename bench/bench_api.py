@@ -89,7 +89,7 @@ async def time_windows(db: Path, repeat: int) -> list[tuple[str, str, float, int
     results = []
     try:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             for metric in ("gpu.util", "gpu.mem"):
                 for label, start, end in windows():
                     params: dict[str, str | int | float] = {"metric": metric, "points": 1000}

@@ -69,7 +69,8 @@ _built = False
 
 def ensure_built() -> None:
     """Build web/ into the package's static/ once per session when it is missing or older
-    than its sources (``npm ci`` only when node_modules is missing)."""
+    than its sources (``npm ci`` only when node_modules is missing or older than the
+    lock file, e.g. after a dependency was added)."""
     global _built
     if _built:
         return
@@ -81,7 +82,9 @@ def ensure_built() -> None:
     )
     if not bundle.exists() or bundle.stat().st_mtime < sources:
         try:
-            if not (WEB / "node_modules").is_dir():
+            installed = WEB / "node_modules" / ".package-lock.json"
+            lock = (WEB / "package-lock.json").stat().st_mtime
+            if not installed.is_file() or installed.stat().st_mtime < lock:
                 subprocess.run(
                     ["npm", "ci", "--no-audit", "--no-fund"],
                     cwd=WEB,

@@ -3,14 +3,18 @@ documented route exists."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
+from browser_helpers import ensure_built
 from tunescope import server
 from tunescope.server import create_app
 from tunescope.server._app import release_store
@@ -49,8 +53,9 @@ def test_every_route_is_documented_and_every_documented_route_exists(app: FastAP
 
 
 def test_openapi_and_docs_are_under_api(app: FastAPI) -> None:
-    assert app.openapi_url == "/api/openapi.json" and app.docs_url == "/api/docs"
-    assert "/api/openapi.json" in API_MD.read_text()
+    assert app.openapi_url == "/api/openapi.json" and "/api/openapi.json" in API_MD.read_text()
+    assert app.docs_url is None, "FastAPI's own docs page loads Swagger UI from a CDN"
+    assert "/api/docs" in {getattr(r, "path", None) for r in app.routes}
 
 
 def test_serve_binds_localhost_by_default() -> None:
@@ -65,15 +70,80 @@ def test_public_face() -> None:
         assert getattr(server, name).__doc__
 
 
-def test_interactive_docs_page(app: FastAPI) -> None:
-    import asyncio
+class _Assets(HTMLParser):
+    """The scripts, stylesheets and inline code of a page."""
 
-    import httpx
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        self.styles: list[str] = []
+        self.inline: list[str] = []
+        self._in_code = False
 
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "script":
+            self.scripts.append(a.get("src") or "")
+            self._in_code = True
+        elif tag == "style":
+            self._in_code = True
+        elif tag == "link" and a.get("rel") == "stylesheet":
+            self.styles.append(a.get("href") or "")
+        self.inline += [f"{k}=" for k, _ in attrs if k == "style" or k.startswith("on")]
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style"):
+            self._in_code = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_code and data.strip():
+            self.inline.append(data.strip())
+
+
+def _get(app: FastAPI, url: str) -> httpx.Response:
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-            return await c.get("/api/docs")
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+            return await c.get(url)
 
-    r = asyncio.run(go())
-    assert r.status_code == 200 and "/api/openapi.json" in r.text
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def built_app(sqlite_url: str) -> Iterator[FastAPI]:
+    """The app over the package's built page (built now when missing or stale)."""
+    ensure_built()
+    application = create_app(sqlite_url)
+    try:
+        yield application
+    finally:
+        release_store(application.state.store)
+
+
+def test_api_docs_load_only_same_origin_files(built_app: FastAPI) -> None:
+    r = _get(built_app, "/api/docs")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    page = _Assets()
+    page.feed(r.text)
+    assert len(page.scripts) == 2 and len(page.styles) == 1
+    assert page.inline == [], "inline script or style: the CSP blocks it"
+    assert not re.search(r"(?i)\b(https?:)?//", r.text), "a URL to another host"
+    for url in page.scripts + page.styles:
+        assert url.startswith("/") and not url.startswith("//"), url
+        asset = _get(built_app, url)
+        assert asset.status_code == 200, url
+        kind = "text/css" if url in page.styles else "text/javascript"
+        assert asset.headers["content-type"].startswith(kind), url
+    bundle, init = (_get(built_app, u).text for u in page.scripts)
+    assert "SwaggerUIBundle" in bundle
+    assert '"/api/openapi.json"' in init and "validatorUrl:null" in init
+
+
+def test_api_docs_before_the_page_is_built(sqlite_url: str, tmp_path: Path) -> None:
+    application = create_app(sqlite_url, static_dir=tmp_path / "nothing-here")
+    try:
+        r = _get(application, "/api/docs")
+    finally:
+        release_store(application.state.store)
+    assert r.status_code == 200 and "make web" in r.text
+    assert 'href="/api/openapi.json"' in r.text and "<script" not in r.text

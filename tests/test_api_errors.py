@@ -21,7 +21,7 @@ T0 = 1_700_000_000.0
 def call(app: FastAPI, method: str, url: str, **params: Any) -> httpx.Response:
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.request(method, url, params=params)
 
     return asyncio.run(go())

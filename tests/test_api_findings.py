@@ -24,8 +24,9 @@ from tunescope.server import _schema as schema
 from tunescope.server._app import release_store
 from tunescope.store import Event, Store, open_store
 
-NOW = time.time()
-T0 = math.floor(NOW) - 3600.0
+# The finished trials' times: a fixed second in the past. The running trial is placed
+# relative to the clock read by the ``data`` fixture (``Data.now``).
+T0 = 1_700_000_000.0
 STEP_S = 0.2  # request to request
 BATCHES = 120
 COUNTS_NONE = {"high": 0, "moderate": 0, "low": 0}
@@ -34,7 +35,7 @@ COUNTS_NONE = {"high": 0, "moderate": 0, "low": 0}
 def call(app: FastAPI, url: str) -> httpx.Response:
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get(url)
 
     return asyncio.run(go())
@@ -70,10 +71,12 @@ class Data:
     fast: int  # completed, waits 1%
     live: int  # running, no batch yet
     quiet_run: int
+    now: float  # the wall clock when the data was written
 
 
 @pytest.fixture
 def data(sqlite_url: str) -> Data:
+    now = time.time()
     with open_store(sqlite_url) as store:
         run = store.ensure_run("sweep", start=T0)
         slow = store.create_trial(run.id, "slow-loader", {"workers": 0}, start=T0)
@@ -82,13 +85,13 @@ def data(sqlite_url: str) -> Data:
         fast = store.create_trial(run.id, "fast-loader", {"workers": 8}, start=T0 + 50)
         batches(store, fast.id, T0 + 55, 0.01)
         store.update_trial(fast.id, state="completed", end=T0 + 90, heartbeat=T0 + 90)
-        live = store.create_trial(run.id, "live", start=NOW - 60)
-        store.update_trial(live.id, heartbeat=NOW)
+        live = store.create_trial(run.id, "live", start=now - 60)
+        store.update_trial(live.id, heartbeat=now)
         quiet = store.ensure_run("quiet", start=T0 - 7200)
         q = store.create_trial(quiet.id, "only", start=T0 - 7200)
         batches(store, q.id, T0 - 7190, 0.0)
         store.update_trial(q.id, state="completed", end=T0 - 7100)
-        return Data(sqlite_url, run.id, slow.id, fast.id, live.id, quiet.id)
+        return Data(sqlite_url, run.id, slow.id, fast.id, live.id, quiet.id, now)
 
 
 @pytest.fixture
@@ -210,7 +213,7 @@ def test_a_running_trial_is_analysed_again_when_it_got_data(
     assert ok(app, "/api/runs/sweep", schema.RunDetailOut)["findings"]["high"] == 1
     # the trial's loop starts waiting for its batches; its writer refreshes the heartbeat
     with open_store(data.url) as store:
-        batches(store, data.live, NOW - 50, 0.5)
+        batches(store, data.live, data.now - 50, 0.5)
         store.update_trial(data.live, heartbeat=time.time())
     # within FINDINGS_REFRESH_S of the last analysis the last result stands
     assert ok(app, url, list[schema.FindingOut]) == []
@@ -234,7 +237,7 @@ def test_a_trial_that_ends_is_analysed_again_at_once(
     url = f"/api/trials/{data.live}/findings"
     assert ok(app, url, list[schema.FindingOut]) == []
     with open_store(data.url) as store:
-        batches(store, data.live, NOW - 50, 0.5)
+        batches(store, data.live, data.now - 50, 0.5)
         store.update_trial(data.live, state="completed", end=time.time())
     (f,) = ok(app, url, list[schema.FindingOut])
     assert f["rule"] == "input_bound"

@@ -4,7 +4,6 @@ through the real store API."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,8 +21,9 @@ from tunescope.server import _schema as schema
 from tunescope.server import create_app
 from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
 
-NOW = time.time()
-T0 = math.floor(NOW) - 7200.0
+# The finished trials' times: a fixed second in the past. The running and the lost trial
+# are placed relative to the clock read by the ``data`` fixture (``Data.now``).
+T0 = 1_700_000_000.0
 N = 5000  # samples per series of the finished trial, 1 Hz
 SPIKE_AT = 2345
 SPIKE = 70 * GIB
@@ -36,7 +36,7 @@ def call(app: FastAPI, url: str, **params: Any) -> httpx.Response:
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get(url, params=params)
 
     return asyncio.run(go())
@@ -63,18 +63,19 @@ class Data:
     lost: int
     older_run: int
     series: dict[tuple[str, str | None], int]  # (metric, device) of the finished trial -> id
+    now: float  # the wall clock when the data was written
 
 
-def _fill(store: Store) -> Data:
+def _fill(store: Store, now: float) -> Data:
     run = store.ensure_run("search", start=T0)
     done = store.create_trial(
         run.id, params={"lr": 1e-4, "bs": 8}, host="node1", pids=[100, 101], start=T0
     )
     failed = store.create_trial(run.id, name="oom", start=T0 + 100)
-    live = store.create_trial(run.id, start=NOW - 300)
+    live = store.create_trial(run.id, start=now - 300)
     lost = store.create_trial(run.id, start=T0 + 50)
-    store.update_trial(lost.id, heartbeat=NOW - 900)
-    store.update_trial(live.id, heartbeat=NOW)
+    store.update_trial(lost.id, heartbeat=now - 900)
+    store.update_trial(live.id, heartbeat=now)
     store.update_trial(failed.id, state="failed", end=T0 + 200, error="CUDA out of memory")
 
     t = T0 + np.arange(N, dtype=np.float64)
@@ -144,7 +145,7 @@ def _fill(store: Store) -> Data:
     fs = store.series(failed.id, "gpu.mem", "0").id
     store.append_samples([(fs, T0 + 100 + i, 30 * GIB) for i in range(50)])
     ls = store.series(live.id, "gpu.mem", "0").id
-    store.append_samples([(ls, NOW - 300 + i, 5 * GIB + i * 2**20) for i in range(100)])
+    store.append_samples([(ls, now - 300 + i, 5 * GIB + i * 2**20) for i in range(100)])
 
     older = store.ensure_run("older", start=T0 - 10_000)
     o = store.create_trial(older.id, start=T0 - 10_000)
@@ -152,14 +153,14 @@ def _fill(store: Store) -> Data:
     store.append_samples([(so, T0 - 10_000 + i, 50.0) for i in range(10)])
     store.update_trial(o.id, state="completed", end=T0 - 9_000)
     store.ensure_run("empty", start=T0 - 20_000)
-    return Data(store, run.id, done.id, failed.id, live.id, lost.id, older.id, ids)
+    return Data(store, run.id, done.id, failed.id, live.id, lost.id, older.id, ids, now)
 
 
 @pytest.fixture
 def data(sqlite_url: str) -> Iterator[Data]:
     store = open_store(sqlite_url)
     try:
-        yield _fill(store)
+        yield _fill(store, time.time())
     finally:
         store.close()
 
@@ -224,7 +225,7 @@ def test_runs_newest_first_with_duration_and_peak(app: FastAPI, data: Data) -> N
     search, older, empty = body
     assert search["state"] == "running" and search["end"] is None and search["trials"] == 4
     assert search["peak_gpu_mem"] == float(np.float32(SPIKE))
-    assert search["duration_s"] == pytest.approx(NOW - T0, abs=5)  # live trial's heartbeat
+    assert search["duration_s"] == pytest.approx(data.now - T0, abs=5)  # live trial's heartbeat
     assert older["state"] == "completed" and older["peak_gpu_mem"] is None
     assert older["duration_s"] == pytest.approx(1000.0)
     assert empty["state"] == "empty" and empty["trials"] == 0 and empty["duration_s"] == 0
@@ -433,7 +434,7 @@ def test_live_samples_appear_in_the_next_request(app: FastAPI, data: Data, sqlit
 def test_concurrent_requests_share_one_store(app: FastAPI, data: Data) -> None:
     async def many() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             reqs = [
                 c.get(f"/api/trials/{data.done}/series", params={"metric": m, "points": 200})
                 for m in ("gpu.mem", "gpu.util", "cpu.util", "cpu.mem") * 4

@@ -25,7 +25,7 @@ INDEX = "<!doctype html><title>tunescope page</title>"
 def get(app: FastAPI, url: str) -> httpx.Response:
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get(url)
 
     return asyncio.run(go())
@@ -107,9 +107,9 @@ async def _raw_get(app: FastAPI, path: str) -> tuple[int, bytes]:
         "raw_path": path.encode(),
         "root_path": "",
         "query_string": b"",
-        "headers": [(b"host", b"test")],
+        "headers": [(b"host", b"localhost")],
         "client": ("127.0.0.1", 1),
-        "server": ("test", 80),
+        "server": ("localhost", 80),
     }
     sent: list[MutableMapping[str, Any]] = []
     requested = False

@@ -1,10 +1,12 @@
 """The page around the Resource Utilization tab in a real Chromium: the runs list, the run
 page and its Training / Evaluation / Adapters tabs, routing, names shown as text, keyboard-only
-use, and the page's Content-Security-Policy."""
+use, the page's Content-Security-Policy, and the API docs page under it."""
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.request
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from browser_helpers import (
     draws,
     shown_span,
 )
+from tunescope.server._security import CSP
 
 pytest_plugins = ["browser_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -254,3 +257,28 @@ def test_content_security_policy_holds(browser: Any, server: Server, recorded: R
         assert not errors, errors
     finally:
         context.close()
+
+
+def test_api_docs_render_every_route_under_the_csp(page: Any, server: Server) -> None:
+    """/api/docs: Swagger UI lists every route of the OpenAPI document and runs one, with
+    only this server's files and nothing blocked by the policy (the page fixture fails the
+    test on any console error, which is how Chromium reports a CSP violation)."""
+    requested: list[str] = []
+    page.on("request", lambda req: requested.append(req.url))
+    response = page.goto("/api/docs")
+    assert response is not None and response.headers["content-security-policy"] == CSP
+    paths = page.locator(".opblock-summary-path")
+    paths.first.wait_for()
+    with urllib.request.urlopen(f"{server.base}/api/openapi.json", timeout=10) as r:
+        documented = sorted(json.load(r)["paths"])
+    assert len(documented) >= 13
+    assert sorted(paths.evaluate_all("els => els.map(e => e.dataset.path)")) == documented
+    page.locator('.opblock-summary-path[data-path="/api/health"]').click()
+    page.get_by_role("button", name="Try it out").click()
+    page.get_by_role("button", name="Execute").click()
+    status = page.locator(".live-responses-table tr.response .response-col_status").first
+    status.wait_for()
+    assert status.inner_text().strip() == "200"
+    fetched = [u for u in requested if not u.startswith("data:")]
+    assert f"{server.base}/api/health" in fetched
+    assert all(u.startswith(f"{server.base}/") for u in fetched), fetched

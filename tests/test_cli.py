@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import http.client
 import io
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +115,96 @@ def test_help_lists_every_command() -> None:
     assert p.returncode == 0
     for name in ("run", "runs", "trials", "export", "metrics", "demo", "ui"):
         assert name in p.stdout
+
+
+def test_names_with_control_characters_print_as_escapes(tmp_path: Path) -> None:
+    """A run named with an escape sequence and a newline, a trial with a tab and a param
+    with a terminal-title sequence: every command prints them escaped, each table row on
+    one line, and no control byte reaches the terminal."""
+    db = tmp_path / "t.db"
+    t0 = 1_700_000_000.0
+    with open_store(db) as st:
+        evil = st.ensure_run("evil\x1b[2J\nname", start=t0)
+        tr = st.create_trial(evil.id, "tab\tbed", {"note": "a\x1b]0;pwned\x07b"}, start=t0)
+        st.update_trial(tr.id, state="completed", end=t0 + 60)
+        st.ensure_run("plain", start=t0 - 100)
+
+    def clean(text: str) -> str:
+        assert all(c == "\n" or c.isprintable() for c in text), repr(text)
+        return text
+
+    runs = cli("runs", "--store", str(db))
+    assert runs.returncode == 0, runs.stderr
+    head, rule, *rows = clean(runs.stdout).splitlines()
+    assert set(rule) == {"-", " "} and len(rows) == 2  # one line per run
+    assert rows[0].startswith("evil\\x1b[2J\\nname  ") and rows[1].startswith("plain  ")
+    col = head.index("state")
+    assert rows[0].index("completed") == col and rows[1].index("empty") == col
+    trials = cli("trials", str(evil.id), "--store", str(db))
+    assert trials.returncode == 0, trials.stderr
+    head, rule, *rows = clean(trials.stdout).splitlines()
+    assert set(rule) == {"-", " "} and len(rows) == 1 and rows[0].startswith("tab\\tbed  ")
+    assert rows[0].index("completed") == head.index("state")
+    assert rows[0].endswith("note=a\\x1b]0;pwned\\x07b")
+    report = cli("report", str(evil.id), "--store", str(db))
+    assert report.returncode == 0, report.stderr
+    assert "Trial tab\\tbed [completed]" in clean(report.stdout)
+    assert "params: note=a\\x1b]0;pwned\\x07b" in report.stdout
+    # an error message that quotes a name as it was given
+    bad = cli("runs", "--store", str(tmp_path / "gone\x1b[2J" / "x.db"))
+    _one_line_error(bad, "gone\\x1b[2J")
+    clean(bad.stderr)
+
+
+def _status(port: int, host: str) -> int:
+    """The status of GET /api/health at 127.0.0.1:port sent with this Host header."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/api/health", headers={"Host": host})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_ui_on_a_wildcard_answers_localhost_and_allowed_names_only(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    open_store(db).close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    args = ["ui", "--store", str(db), "--host", "0.0.0.0", "--port", str(port)]
+    args += ["--allow-host", "gpubox", "--allow-host", "GPUbox.lab.example"]
+    with (tmp_path / "server.log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tunescope", *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    try:
+        assert proc.stdout is not None
+        # the URL to open names localhost: the wildcard address names no host
+        assert proc.stdout.readline().startswith(f"Open http://localhost:{port}/ ")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                first = _status(port, f"localhost:{port}")
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    tmp_path / "server.log"
+                ).read_text()
+                time.sleep(0.2)
+        assert first == 200
+        for host in (f"127.0.0.1:{port}", f"gpubox:{port}", "gpubox.lab.example"):
+            assert _status(port, host) == 200, host
+        for host in (f"evil.example:{port}", f"0.0.0.0:{port}", f"gpubox.evil.example:{port}"):
+            assert _status(port, host) == 400, host
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 CHILD = """

@@ -3,8 +3,12 @@ trial's end state are recorded one for one."""
 
 from __future__ import annotations
 
+import gc
+import sys
 import time
 from collections.abc import Iterator
+from types import FrameType
+from typing import Any
 
 import pytest
 import torch
@@ -61,7 +65,10 @@ def test_every_optimizer_step_and_evaluation_is_recorded(sqlite_url: str, db: St
     assert all(info.start <= e.t <= info.end for e in got)
     ev = _events(db, trial.id, "evaluation")
     assert len(ev) == evals == 3
-    assert all(e.name == "eval" and e.duration is not None and 0.02 <= e.duration < 1.0 for e in ev)
+    assert all(e.name == "eval" and e.duration is not None and e.duration >= 0.02 for e in ev)
+    # each evaluation ends before the next begins, the last before the trial ends
+    ends = [e.t + (e.duration or 0.0) for e in ev]
+    assert ends[0] <= ev[1].t and ends[1] <= ev[2].t and ends[2] <= info.end
     assert [s.value for s in db.scalars(trial.id, "epoch")] == [0.0, 1.0, 2.0]
 
 
@@ -176,17 +183,27 @@ def test_system_exit_zero_completes(sqlite_url: str, db: Store) -> None:
     assert (db.get_trial(bad.id).state, db.get_trial(bad.id).error) == ("failed", "SystemExit: 3")
 
 
-def test_hook_dispatch_is_cheap(sqlite_url: str) -> None:
-    """The optimizer hook only appends a tuple: well under the 5 µs budget (the bench
-    measures it precisely; this guards against an accidental slow path)."""
+def test_the_hook_only_timestamps_and_appends(sqlite_url: str) -> None:
+    """The optimizer hook runs no Python function and exactly two C calls per step, the
+    timestamp and the buffer's append: no lock, log call or store write can slip into the
+    training loop (bench/bench_record.py measures what a step costs)."""
     opt = torch.optim.SGD(_model().parameters(), lr=0.01)
     hook = _state.on_optimizer_step
+    calls: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_qualname)
+        elif event == "c_call" and frame.f_code is hook.__code__:
+            calls.append(f"C {arg.__name__}")
+
     with ts.run("cheap", store=sqlite_url, sampler=False) as run, run.trial():
-        per_call = []
-        for _ in range(20):
-            t0 = time.perf_counter()
-            for _ in range(1000):
+        gc.disable()  # no finalizer may run inside the profiled calls
+        sys.setprofile(profile)
+        try:
+            for _ in range(100):
                 hook(opt, (), {})
-            per_call.append((time.perf_counter() - t0) / 1000)
-    per_call.sort()
-    assert per_call[len(per_call) // 2] < 5e-6
+        finally:
+            sys.setprofile(None)
+            gc.enable()
+    assert calls == ["on_optimizer_step", "C time", "C append"] * 100

@@ -34,6 +34,7 @@ from tunescope.analyze._summary import (
     summarize_metric,
     summarize_trial,
 )
+from tunescope.analyze._text import printable
 
 __all__ = [
     "GPU_CATALOG",
@@ -58,6 +59,7 @@ __all__ = [
     "findings_for_trial",
     "gpu_catalog",
     "match_gpu",
+    "printable",
     "render_report",
     "report_dict",
     "require_charts",

@@ -24,6 +24,7 @@ from tunescope.analyze._findings import findings_for_trial
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._summary import MetricSummary, summarize_trial
+from tunescope.analyze._text import printable
 from tunescope.errors import ConfigError, NotFound
 from tunescope.metrics import headline, metric
 from tunescope.store import RunInfo, Store, TrialInfo
@@ -319,14 +320,14 @@ def _text(report: Report) -> str:
     origin = r.start
     lines = [
         f"tunescope report: run {r.name!r} ({len(report.trials)} trial(s), {r.state})",
-        f"store: {report.store_url}",
+        f"store: {printable(report.store_url)}",
         "times: elapsed since the run began",
         "",
     ]
     for t in report.trials:
         lines.append(
-            f"Trial {t.trial.name} [{t.trial.state}]  duration "
-            f"{_elapsed(t.duration)}  params: {_params(t.trial)}"
+            f"Trial {printable(t.trial.name)} [{t.trial.state}]  duration "
+            f"{_elapsed(t.duration)}  params: {printable(_params(t.trial))}"
         )
         rows = _metric_rows(t)
         if rows:
@@ -341,9 +342,10 @@ def _text(report: Report) -> str:
         else:
             lines.append(f"  Findings ({len(t.findings)}):")
             for f in t.findings:
-                lines.append(f"  [{f.severity.upper()}] {f.title}  ({_span(f, origin)})")
-                lines.append(f"      {f.message}")
-                lines += [f"      - {a}" for a in f.advice]
+                title = printable(f.title)
+                lines.append(f"  [{f.severity.upper()}] {title}  ({_span(f, origin)})")
+                lines.append(f"      {printable(f.message)}")
+                lines += [f"      - {printable(a)}" for a in f.advice]
         lines.append("")
     return "\n".join(lines)
 

@@ -16,7 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, prog_name="tunescope", standalone_mode=True)
     except TunescopeError as exc:
-        print(f"tunescope: error: {exc}", file=sys.stderr)
+        from tunescope.cli._format import printable
+
+        print(f"tunescope: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except SystemExit as exc:
         code = exc.code

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -308,22 +309,26 @@ def demo(
     with open_store(url) as st:
         typer.echo("")
         typer.echo(trials_table(st, run_name))
-    typer.echo(f"\nData: {url}  (run {run_name!r})")
-    typer.echo(f"Export: tunescope export {run_name} --store {url}")
+    shown_url, shown_run = fmt.printable(url), fmt.printable(run_name)
+    typer.echo(f"\nData: {shown_url}  (run {shown_run})")
+    typer.echo(f"Export: tunescope export {shown_run} --store {shown_url}")
     if serve:
         _serve(url, "127.0.0.1", port, run_name)
 
 
-def _serve(url: str, host: str, port: int, run_name: str | None = None) -> None:
+def _serve(
+    url: str, host: str, port: int, run_name: str | None = None, allow_hosts: Sequence[str] = ()
+) -> None:
     try:
         from tunescope.server import serve as serve_app
+        from tunescope.server._security import page_host
     except ImportError as exc:
         raise ConfigError(
             f"the page needs the server extra: pip install 'tunescope[server]' ({exc})"
         ) from None
     path = "" if run_name is None else f"#/runs/{quote(run_name, safe='')}/resources"
-    typer.echo(f"Open http://{host}:{port}/{path}  (Ctrl-C to stop)")
-    serve_app(url, host=host, port=port)
+    typer.echo(f"Open http://{page_host(host)}:{port}/{path}  (Ctrl-C to stop)")
+    serve_app(url, host=host, port=port, allowed_hosts=allow_hosts)
 
 
 @app.command()
@@ -331,10 +336,24 @@ def ui(
     store: StoreOpt = None,
     host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Also answer requests for this host name (repeatable); needed with --host "
+            "0.0.0.0 or ::, which name no host. '*' answers any name: only behind a reverse "
+            "proxy that checks Host itself.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Serve the web page and JSON API for a store (binds 127.0.0.1 unless told)."""
+    """Serve the web page and JSON API for a store (binds 127.0.0.1 unless told).
+
+    Requests are answered only when their Host is localhost, 127.0.0.1, [::1], the --host
+    address or an --allow-host name (a guard against DNS rebinding)."""
     from tunescope.store import resolve_url
 
     with open_store(store):
         pass  # refuse a bad store before binding a port
-    _serve(resolve_url(store), host, port)
+    _serve(resolve_url(store), host, port, allow_hosts=allow_host or [])

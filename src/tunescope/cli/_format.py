@@ -1,16 +1,26 @@
-"""Plain-text tables and human units for the CLI."""
+"""Plain-text tables and human units for the CLI. Whatever the CLI prints that came from
+people (run and trial names, params, devices, messages quoting them) goes through
+:func:`printable` (``tunescope.analyze.printable``), so no control character reaches the
+terminal."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
 
+from tunescope.analyze import printable
 from tunescope.metrics import metric
 from tunescope.store import Store
 
+__all__ = ["duration", "printable", "table", "value", "when"]
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns aligned with two spaces; numbers (cells starting with a digit) right-aligned."""
+    """Columns aligned with two spaces; numbers (cells starting with a digit) right-aligned.
+    Cells are shown :func:`printable`, so a newline or tab in one is an escape and every row
+    stays one line."""
+    headers = [printable(h) for h in headers]
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [len(h) for h in headers]
     for r in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, r, strict=True)]

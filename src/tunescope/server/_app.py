@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import webbrowser
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tunescope import __version__
 from tunescope.server._errors import install_error_handlers
 from tunescope.server._routes import api_router
+from tunescope.server._security import allowed_names, page_host, secure
 from tunescope.server._static import default_static_dir, mount_page
 from tunescope.store import Store, open_store
 
@@ -56,13 +57,16 @@ def release_store(store: Store) -> None:
     store.close()
 
 
-def create_app(store_url: str, *, static_dir: Path | None = None) -> FastAPI:
+def create_app(
+    store_url: str, *, static_dir: Path | None = None, allowed_hosts: Iterable[str] = ()
+) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
     ``static_dir`` is the built web page; by default the package's ``server/static`` folder
     when it holds an ``index.html``. Without a built page, ``/`` answers a note saying to run
-    ``make web``. The store is opened now (errors in the URL surface here, as
-    ConfigError / StoreError) and released when the app shuts down.
+    ``make web``. ``allowed_hosts`` are the Host names answered besides localhost, 127.0.0.1
+    and [::1] (``*``: any; see ``_security.py``). The store is opened now (errors in the URL
+    surface here, as ConfigError / StoreError) and released when the app shuts down.
     """
     store = open_store(store_url)
 
@@ -80,7 +84,7 @@ def create_app(store_url: str, *, static_dir: Path | None = None) -> FastAPI:
         "Times are UNIX epoch seconds; values are in the metric's base unit; null means "
         'missing. Errors: {"error": {"status", "code", "message"}}.',
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,  # /api/docs is served with the page (_static.py), without a CDN
         redoc_url=None,
         lifespan=lifespan,
     )
@@ -89,20 +93,26 @@ def create_app(store_url: str, *, static_dir: Path | None = None) -> FastAPI:
     app.add_middleware(NoStoreMiddleware)
     app.include_router(api_router(store), prefix="/api")
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
+    secure(app, allowed_hosts)
     return app
 
 
 def serve(
-    store_url: str, host: str = "127.0.0.1", port: int = 8765, open_browser: bool = False
+    store_url: str,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    open_browser: bool = False,
+    allowed_hosts: Iterable[str] = (),
 ) -> None:
     """Serve the app with uvicorn until interrupted. Binds 127.0.0.1 unless told otherwise;
-    with ``open_browser`` the page opens in the default browser once the server listens."""
+    with ``open_browser`` the page opens in the default browser once the server listens.
+    Requests are answered for localhost, ``host`` (unless a wildcard such as 0.0.0.0) and
+    ``allowed_hosts``."""
     import uvicorn
 
-    app = create_app(store_url)
+    app = create_app(store_url, allowed_hosts=allowed_names(host, allowed_hosts))
     if open_browser:
-        shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
-        url = f"http://{shown}:{port}/"
+        url = f"http://{page_host(host)}:{port}/"
         timer = threading.Timer(1.0, webbrowser.open, args=(url,))
         timer.daemon = True
         timer.start()

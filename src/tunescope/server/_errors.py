@@ -6,8 +6,9 @@ router (an unknown route, a wrong method) or by the store, has this body::
     {"error": {"status": 404, "code": "not_found", "message": "no run 'x'"}}
 
 Codes: ``not_found`` (404: unknown run, trial, metric or route), ``invalid`` (422: bad
-parameters), ``method_not_allowed`` (405), ``store_error`` (500: the store failed),
-``internal`` (500: a bug), ``http_error`` (any other status).
+parameters), ``method_not_allowed`` (405), ``bad_host`` (400: a Host the server does not
+answer, see ``_security.py``), ``store_error`` (500: the store failed), ``internal`` (500: a
+bug), ``http_error`` (any other status).
 """
 
 from __future__ import annotations

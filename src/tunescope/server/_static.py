@@ -5,6 +5,10 @@ A path that names a file inside the static folder gets that file. Any other path
 the page's router can take over; a missing asset (``/assets/x.js``) is a 404. Nothing outside
 the static folder is ever served: paths are resolved (symlinks and ``..`` included) and must
 stay inside it. When the page has not been built, every page route answers a short note.
+
+``/api/docs`` is the built folder's ``api-docs/index.html``: Swagger UI from the folder's own
+files (no CDN, no inline script, so it works under the Content-Security-Policy); before the
+build, a short note pointing to ``/api/openapi.json``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 
 from tunescope.server._errors import not_found
 
-__all__ = ["NOT_BUILT_HTML", "default_static_dir", "mount_page"]
+__all__ = ["DOCS_NOT_BUILT_HTML", "NOT_BUILT_HTML", "default_static_dir", "mount_page"]
 
 NOT_BUILT_HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tunescope</title></head>
@@ -24,6 +28,18 @@ NOT_BUILT_HTML = """<!doctype html>
 <h1>tunescope</h1>
 <p>The web page has not been built. Run <code>make web</code> in the repository, then reload.</p>
 <p>The JSON API is up: see <a href="/api/docs">/api/docs</a>.</p>
+</body></html>
+"""
+
+
+DOCS_NOT_BUILT_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>tunescope API</title></head>
+<body>
+<h1>tunescope API</h1>
+<p>The interactive API docs come with the web page, which has not been built. Run
+<code>make web</code> in the repository, then reload.</p>
+<p>The OpenAPI document is at <a href="/api/openapi.json">/api/openapi.json</a>; docs/api.md
+describes every route.</p>
 </body></html>
 """
 
@@ -52,6 +68,13 @@ def mount_page(app: FastAPI, static_dir: Path | None) -> None:
         resolved = Path(static_dir).expanduser().resolve()
         if (resolved / "index.html").is_file():
             root = resolved
+
+    @app.get("/api/docs", include_in_schema=False)
+    def api_docs() -> Response:
+        docs = None if root is None else root / "api-docs" / "index.html"
+        if docs is None or not docs.is_file():
+            return HTMLResponse(DOCS_NOT_BUILT_HTML)
+        return FileResponse(docs)
 
     @app.get("/{path:path}", include_in_schema=False)
     def page(path: str) -> Response:

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from tunescope.server import create_app, serve
 from tunescope.server._app import release_store
 from tunescope.server._security import CSP
+from tunescope.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADERS = {
@@ -61,6 +62,7 @@ def site(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def app(sqlite_url: str, site: Path) -> Iterator[FastAPI]:
+    open_store(sqlite_url).close()  # the page opens a store, never creates one
     application = create_app(sqlite_url, static_dir=site)
     try:
         yield application
@@ -69,6 +71,7 @@ def app(sqlite_url: str, site: Path) -> Iterator[FastAPI]:
 
 
 def _app_with(sqlite_url: str, site: Path, hosts: list[str]) -> FastAPI:
+    open_store(sqlite_url).close()
     return create_app(sqlite_url, static_dir=site, allowed_hosts=hosts)
 
 
@@ -228,6 +231,7 @@ def test_serve_answers_the_bound_address_unless_a_wildcard(
 ) -> None:
     served: list[Any] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append((app, kwargs)))
+    open_store(sqlite_url).close()
     serve(sqlite_url, host=bind, allowed_hosts=extra)
     ((app, kwargs),) = served
     try:

@@ -59,6 +59,7 @@ PUBLIC = {
         "spool_root",
         "display",
         "redact",
+        "absolute_url",
     },
     "tunescope.metrics": {"CATALOG", "GIB", "Metric", "headline", "metric"},
     "tunescope.record": {

@@ -17,9 +17,11 @@ import typer
 from tunescope.analyze import data_wait_share, summarize_trial
 from tunescope.cli import _format as fmt
 from tunescope.cli._report import report
+from tunescope.cli._sync import spool_note
+from tunescope.cli._sync import sync as sync_spool
 from tunescope.errors import ConfigError, NotFound
 from tunescope.metrics import CATALOG, metric
-from tunescope.store import Store, TrialInfo, open_store
+from tunescope.store import Store, TrialInfo, absolute_url, open_store
 
 app = typer.Typer(
     name="tunescope",
@@ -103,14 +105,39 @@ def _runs_rows(st: Store) -> list[list[str]]:
 @app.command()
 def runs(store: StoreOpt = None) -> None:
     """List runs: state, trials, start, duration and peak memory."""
-    with open_store(store) as st:
+    with open_store(store, create=False) as st:
         rows = _runs_rows(st)
     if not rows:
         typer.echo("no runs yet")
-        return
-    typer.echo(
-        fmt.table(["run", "state", "trials", "start", "duration", "peak RAM", "peak VRAM"], rows)
-    )
+    else:
+        typer.echo(
+            fmt.table(
+                ["run", "state", "trials", "start", "duration", "peak RAM", "peak VRAM"], rows
+            )
+        )
+    note = spool_note(store)
+    if note is not None:
+        typer.echo(note, err=True)
+
+
+@app.command()
+def sync(
+    store: StoreOpt = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Give up after this many seconds.")
+    ] = 300.0,
+) -> None:
+    """Write what the spool holds for a store (data kept while the store was unreachable).
+
+    Samplers do this by themselves once the store is back; run it for what is left. Exit
+    code 0 when nothing is left, 1 when some still waits (the store is unreachable, or a
+    process still writing owns it)."""
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"--timeout {timeout} must be a positive number of seconds")
+    code, lines = sync_spool(absolute_url(store), timeout)
+    for line in lines:
+        typer.echo(line)
+    raise typer.Exit(code)
 
 
 def trials_table(st: Store, run_ref: str) -> str:
@@ -172,7 +199,7 @@ def trials(
 
     Columns: state, duration, peak/mean of the four headline metrics, optimizer steps,
     evaluations, checkpoints and params."""
-    with open_store(store) as st:
+    with open_store(store, create=False) as st:
         typer.echo(trials_table(st, run_ref))
 
 
@@ -216,7 +243,7 @@ def export(
             metric(metric_key)
         except KeyError as exc:
             raise ConfigError(str(exc.args[0])) from None
-    with open_store(store) as st:
+    with open_store(store, create=False) as st:
         run_name = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref).name
         t0, selected = _select_trials(st, run_ref, trial)
         samples: list[list[Any]] = []
@@ -354,6 +381,6 @@ def ui(
     address or an --allow-host name (a guard against DNS rebinding)."""
     from tunescope.store import resolve_url
 
-    with open_store(store):
+    with open_store(store, create=False):
         pass  # refuse a bad store before binding a port
     _serve(resolve_url(store), host, port, allow_hosts=allow_host or [])

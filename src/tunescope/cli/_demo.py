@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tunescope.cli._run import absolute_store_url
+from tunescope.store import absolute_url
 
 TRIALS: tuple[dict[str, Any], ...] = (
     {"learning_rate": 2e-3, "lora_r": 8, "slow_loader": 0},
@@ -128,7 +128,7 @@ def _run(store: str | None, seconds_per_trial: float, eval_every_s: float) -> tu
 
     from tunescope.integrations.optuna import track
 
-    url = absolute_store_url(store)
+    url = absolute_url(store)
     run_name = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     ckpt_root = Path(_store_dir(url)) / "tunescope-demo-checkpoints" / run_name
     path = model_dir()

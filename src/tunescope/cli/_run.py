@@ -44,9 +44,9 @@ from tunescope.record import (
     start_sampler,
     trial_env,
 )
-from tunescope.store import Batch, TrialSpec, new_key, open_store, redact, resolve_url
+from tunescope.store import Batch, TrialSpec, absolute_url, new_key, open_store, redact
 
-__all__ = ["absolute_store_url", "parse_params", "run_command"]
+__all__ = ["parse_params", "run_command"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _SI_KERNEL = 0x80
@@ -83,15 +83,6 @@ def _finite(value: Any) -> bool:
     if isinstance(value, dict):
         return all(_finite(v) for v in value.values())
     return True
-
-
-def absolute_store_url(url: str | None) -> str:
-    """The store URL with a relative SQLite path made absolute, so children that change
-    directory still find it."""
-    target = resolve_url(url)
-    if "://" in target or target.startswith("sqlite:"):
-        return target
-    return os.path.abspath(target)
 
 
 def _subreaper() -> bool:
@@ -135,7 +126,7 @@ def run_command(
         raise ConfigError(f"--interval {interval} is out of range: use 0.1 to 3600 seconds")
     if shutil.which(cmd[0]) is None:
         raise ConfigError(f"command not found: {cmd[0]}")
-    url = absolute_store_url(store)
+    url = absolute_url(store)
     run_name = run or f"{os.path.basename(cmd[0])}-{time.strftime('%Y%m%d-%H%M%S')}"
     if not run_name.strip():
         raise ConfigError("--run must not be empty")

@@ -24,11 +24,14 @@ from tunescope.server._errors import install_error_handlers
 from tunescope.server._routes import api_router
 from tunescope.server._security import allowed_names, page_host, secure
 from tunescope.server._static import default_static_dir, mount_page
-from tunescope.store import Store, open_store
+from tunescope.store import PooledStore, Store, open_store
 
-__all__ = ["create_app", "release_store", "serve"]
+__all__ = ["POOL_SIZE", "create_app", "release_store", "serve"]
 
 log = logging.getLogger("tunescope.server")
+
+POOL_SIZE = 8
+"""Store connections the server keeps for requests running at once."""
 
 
 class NoStoreMiddleware:
@@ -66,9 +69,11 @@ def create_app(
     when it holds an ``index.html``. Without a built page, ``/`` answers a note saying to run
     ``make web``. ``allowed_hosts`` are the Host names answered besides localhost, 127.0.0.1
     and [::1] (``*``: any; see ``_security.py``). The store is opened now (errors in the URL
-    surface here, as ConfigError / StoreError) and released when the app shuts down.
+    surface here, as ConfigError / StoreError; a store that does not exist is NotFound: the
+    page never creates one) and released when the app shuts down. Requests share a pool of
+    :data:`POOL_SIZE` connections, each of which heals by itself when the database comes back.
     """
-    store = open_store(store_url)
+    store = PooledStore(lambda: open_store(store_url, create=False), size=POOL_SIZE)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

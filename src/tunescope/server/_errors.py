@@ -7,8 +7,10 @@ router (an unknown route, a wrong method) or by the store, has this body::
 
 Codes: ``not_found`` (404: unknown run, trial, metric or route), ``invalid`` (422: bad
 parameters), ``method_not_allowed`` (405), ``bad_host`` (400: a Host the server does not
-answer, see ``_security.py``), ``store_error`` (500: the store failed), ``internal`` (500: a
-bug), ``http_error`` (any other status).
+answer, see ``_security.py``), ``store_unavailable`` (503: the store cannot be reached now, a
+lost connection or a lock; the same request may succeed later, as ``Retry-After`` says),
+``store_error`` (500: the store failed), ``internal`` (500: a bug), ``http_error`` (any other
+status).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
-from tunescope.errors import NotFound, StoreError
+from tunescope.errors import NotFound, StoreError, StoreUnavailable
 
 __all__ = ["ApiError", "error_response", "install_error_handlers", "invalid", "not_found"]
 
@@ -95,6 +97,11 @@ async def _on_not_found(request: Request, exc: Exception) -> Response:
     return error_response(404, "not_found", str(exc))
 
 
+async def _on_store_unavailable(request: Request, exc: Exception) -> Response:
+    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return error_response(503, "store_unavailable", str(exc), {"Retry-After": "2"})
+
+
 async def _on_store_error(request: Request, exc: Exception) -> Response:
     log.error("store error on %s %s: %s", request.method, request.url.path, exc)
     return error_response(500, "store_error", str(exc))
@@ -111,5 +118,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(NotFound, _on_not_found)
+    app.add_exception_handler(StoreUnavailable, _on_store_unavailable)
     app.add_exception_handler(StoreError, _on_store_error)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -33,7 +33,7 @@ from tunescope.store._model import (
 from tunescope.store._open import open_store
 from tunescope.store._pool import PooledStore
 from tunescope.store._spool import ReplayStats, keeps, pending, replay, spool_dir, spool_root
-from tunescope.store._url import DEFAULT_STORE, display, redact, resolve_url
+from tunescope.store._url import DEFAULT_STORE, absolute_url, display, redact, resolve_url
 from tunescope.store._writer import Writer
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "TrialSpec",
     "Window",
     "Writer",
+    "absolute_url",
     "display",
     "keeps",
     "new_key",

@@ -14,7 +14,15 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["DEFAULT_STORE", "display", "parse", "redact", "resolve_url", "sqlite_url"]
+__all__ = [
+    "DEFAULT_STORE",
+    "absolute_url",
+    "display",
+    "parse",
+    "redact",
+    "resolve_url",
+    "sqlite_url",
+]
 
 DEFAULT_STORE = "tunescope.db"
 
@@ -42,6 +50,15 @@ def parse(target: str) -> tuple[str, str]:
     if scheme in ("postgresql", "postgres"):
         return "postgresql", target
     return scheme, target
+
+
+def absolute_url(url: str | os.PathLike[str] | None = None) -> str:
+    """:func:`resolve_url` with a relative SQLite path made absolute, for processes that may
+    change directory (children of a trial, a sampler)."""
+    target = resolve_url(url)
+    if "://" in target or target.startswith("sqlite:"):
+        return target
+    return os.path.abspath(target)
 
 
 def sqlite_url(path: str | os.PathLike[str]) -> str:

@@ -4,6 +4,7 @@ that count what a store kept."""
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 import textwrap
@@ -164,3 +165,25 @@ def finish_training(p: subprocess.Popen[str], timeout: float = 120) -> dict[str,
 def gaps(times: list[float]) -> float:
     """The longest time between two neighbouring samples."""
     return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+
+def samplers_of(key: str) -> list[int]:
+    """Pids of the sampler processes recording the trial ``key`` (found by their command
+    line, which names the key)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"tunescope.collect" in args and key.encode() in args:
+            out.append(int(entry))
+    return out
+
+
+def wait_samplers_gone(key: str, timeout: float = 60.0) -> None:
+    """Wait until the samplers of trial ``key`` have written what they hold and exited."""
+    assert wait_for(lambda: not samplers_of(key), timeout), samplers_of(key)

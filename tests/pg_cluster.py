@@ -189,6 +189,21 @@ class PrivateCluster:
             ).fetchall()
         return len(rows)
 
+    def password_user(self, user: str, password: str, database: str) -> None:
+        """A role that must log in with ``password`` (scram) from 127.0.0.1, owning the public
+        schema of ``database``."""
+        self.sql(f"CREATE ROLE {user} LOGIN PASSWORD '{password}'")
+        self.sql(f"GRANT ALL ON DATABASE {database} TO {user}")
+        import psycopg
+
+        url = f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f"ALTER SCHEMA public OWNER TO {user}")  # type: ignore[arg-type]
+        hba = self.data / "pg_hba.conf"
+        rule = f"host all {user} 127.0.0.1/32 scram-sha-256\n"
+        hba.write_text(rule + hba.read_text())
+        self.sql("SELECT pg_reload_conf()")
+
     def fresh_database(self, name: str) -> str:
         self.sql(f"CREATE DATABASE {name}")
         return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"

@@ -15,6 +15,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import TypeAdapter
 
+from api_helpers import request
 from store_helpers import damage_chunk
 from tunescope.metrics import CATALOG, GIB
 from tunescope.server import _schema as schema
@@ -33,13 +34,7 @@ EVAL_EVERY, EVAL_LEN = 1000.0, 60.0
 
 def call(app: FastAPI, url: str, **params: Any) -> httpx.Response:
     """One GET through the app in-process (no socket)."""
-
-    async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
-            return await c.get(url, params=params)
-
-    return asyncio.run(go())
+    return request(app, url, params=params)
 
 
 def ok(app: FastAPI, url: str, model: Any = None, **params: Any) -> Any:

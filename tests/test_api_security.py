@@ -14,6 +14,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from api_helpers import request
 from tunescope.server import create_app, serve
 from tunescope.server._app import release_store
 from tunescope.server._security import CSP
@@ -25,25 +26,6 @@ HEADERS = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
 }
-
-
-def request(
-    app: FastAPI,
-    path: str,
-    *,
-    method: str = "GET",
-    host: str | None = None,
-    raise_app_exceptions: bool = True,
-) -> httpx.Response:
-    """One request through the app in-process; ``host`` replaces the Host header."""
-
-    async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
-            headers = {} if host is None else {"Host": host}
-            return await c.request(method, path, headers=headers)
-
-    return asyncio.run(go())
 
 
 def _assert_secured(r: httpx.Response) -> None:

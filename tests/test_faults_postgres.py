@@ -19,7 +19,15 @@ from typing import Any
 
 import pytest
 
-from fault_helpers import finish_training, gaps, sample_times, start_training, wait_for
+from api_helpers import request
+from fault_helpers import (
+    finish_training,
+    gaps,
+    sample_times,
+    start_training,
+    wait_for,
+    wait_samplers_gone,
+)
 from pg_cluster import PrivateCluster, available
 from tunescope.store import Store, open_store
 
@@ -58,7 +66,9 @@ def later(seconds: float, fn: Any) -> threading.Thread:
 
 
 def check_everything_kept(url: str, result: dict[str, Any], seconds: float) -> None:
-    """Every mark and loss, once; samples over the whole trial with no long gap; completed."""
+    """Every mark and loss, once; samples over the whole trial with no long gap; completed.
+    (Once the trial's sampler, which outlives the training, has written what it holds.)"""
+    wait_samplers_gone(str(result["key"]))
     with open_store(url, create=False) as st:
         info = st.trial_by_key(str(result["key"]))
         assert info.state == "completed", (info.state, info.error, result["stderr"])
@@ -162,20 +172,18 @@ def test_a_terminated_backend_is_replaced(cluster: PrivateCluster, pg: str) -> N
 def test_the_page_recovers_by_itself(cluster: PrivateCluster, pg: str) -> None:
     """`tunescope ui` on a server that restarts: 503 while it is down, 200 after, with no
     restart of the page's process."""
-    import httpx
-
     from tunescope.server import create_app
 
     with open_store(pg) as st:
         st.ensure_run("r")
     app = create_app(pg)
-    with httpx.Client(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:  # type: ignore[arg-type]
-        assert c.get("/api/runs").status_code == 200
-        cluster.stop()
-        down = c.get("/api/runs")
-        assert down.status_code == 503 and down.json()["error"]["code"] == "store_unavailable"
-        cluster.start()
-        assert wait_for(lambda: c.get("/api/runs").status_code == 200, 30)
+    assert request(app, "/api/runs").status_code == 200
+    cluster.stop()
+    down = request(app, "/api/runs")
+    assert down.status_code == 503 and down.json()["error"]["code"] == "store_unavailable"
+    assert down.headers["retry-after"] == "2"
+    cluster.start()
+    assert wait_for(lambda: request(app, "/api/runs").status_code == 200, 30)
 
 
 PASSWORD = "s3cr3t-Pa55"
@@ -186,8 +194,6 @@ def test_a_password_in_the_url_works_everywhere_and_shows_nowhere(
 ) -> None:
     """A store URL with a password: the SDK, its sampler and its children record; the
     password is on no command line, in no output, in no answer of the page."""
-    import httpx
-
     from tunescope.server import create_app
 
     db = pg.rsplit("/", 1)[1]
@@ -213,13 +219,11 @@ def test_a_password_in_the_url_works_everywhere_and_shows_nowhere(
     assert out.returncode == 0 and PASSWORD not in out.stdout + out.stderr, out.stderr
     assert "writer@127.0.0.1" in out.stderr
     for shown in (url, f"postgresql://writer@127.0.0.1:{cluster.port}/{db}?password={PASSWORD}"):
-        with httpx.Client(
-            transport=httpx.ASGITransport(app=create_app(shown)),  # type: ignore[arg-type]
-            base_url="http://localhost",
-        ) as c:
-            health = c.get("/api/health")
-            assert health.status_code == 200 and PASSWORD not in health.text
-            assert PASSWORD not in c.get("/api/runs").text
+        app = create_app(shown)
+        health = request(app, "/api/health")
+        assert health.status_code == 200 and PASSWORD not in health.text
+        assert "writer@127.0.0.1" in health.json()["store"]
+        assert PASSWORD not in request(app, "/api/runs").text
 
 
 def _cmdlines_of_children(pid: int) -> list[str]:

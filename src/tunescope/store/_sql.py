@@ -9,7 +9,7 @@ server restarted, closed an idle session, or stopped answering), nothing of it w
 call is repeated once on a new connection; a connection lost while committing cannot tell
 whether the commit happened, and the call raises :class:`~tunescope.errors.StoreUnavailable`
 (batches are idempotent, so their writers simply send them again). While the server refuses
-connections, new attempts wait for a growing back-off (0.1 s doubling to 5 s) and calls raise
+connections, new attempts wait for a growing back-off (0.1 s doubling to 1 s) and calls raise
 StoreUnavailable at once in between.
 """
 
@@ -43,7 +43,7 @@ _TRIAL_COLS = (
 )
 
 BACKOFF_MIN_S = 0.1
-BACKOFF_MAX_S = 5.0
+BACKOFF_MAX_S = 1.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -6,7 +6,7 @@ thread of the writer's own sends them, in order, through :meth:`Store.write` (so
 exactly once, whatever is retried). The policy for a batch that fails is :func:`keeps`:
 
 * **unavailable** (a lost connection, a lock, a stopped server; or a trial not created yet):
-  the batch is kept and sent again after a back-off (0.1 s doubling to 2 s). While the store
+  the batch is kept and sent again after a back-off (0.1 s doubling to 1 s). While the store
   stays away, batches wait in memory until they hold :data:`MEMORY_ITEMS` items or the oldest
   has waited :data:`SPILL_AFTER_S` seconds; then everything waiting goes to this writer's
   spool file (``store/_spool.py``), and is sent from there, oldest first, once the store is
@@ -56,7 +56,7 @@ HARD_ITEMS = 5_000_000
 """Items held in memory when even the spool cannot be written (a full or read-only disk);
 beyond it the oldest are dropped, counted and logged."""
 
-BACKOFF_MAX_S = 2.0
+BACKOFF_MAX_S = 1.0
 
 
 class Writer:

@@ -1,0 +1,31 @@
+"""Requests through the real ASGI app, in-process (no socket)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+__all__ = ["request"]
+
+
+def request(
+    app: FastAPI,
+    path: str,
+    *,
+    method: str = "GET",
+    host: str | None = None,
+    params: dict[str, Any] | None = None,
+    raise_app_exceptions: bool = True,
+) -> httpx.Response:
+    """One request through the app in-process; ``host`` replaces the Host header."""
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+            headers = {} if host is None else {"Host": host}
+            return await c.request(method, path, headers=headers, params=params)
+
+    return asyncio.run(go())

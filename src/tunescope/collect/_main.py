@@ -42,7 +42,7 @@ from tunescope.collect._loop import (
     failure_message,
 )
 from tunescope.collect._once import LOGGER_NAME
-from tunescope.collect._spawn import spawn
+from tunescope.collect._spawn import let_go_of_stdio, spawn
 from tunescope.errors import TunescopeError
 from tunescope.store import TrialEnd, TrialSpec, Writer, open_store, replay, resolve_url
 
@@ -183,6 +183,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
                 spawned = exc
             if isinstance(spawned, int):
                 status.say(f"{protocol.PID} {spawned}")
+                let_go_of_stdio(args.stderr_fd)
         if isinstance(spawned, OSError):
             print(f"tunescope: could not start {command[0]}: {spawned}", file=sys.stderr)
             status.say(f"{protocol.EXIT} 127")

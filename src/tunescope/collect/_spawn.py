@@ -11,7 +11,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-__all__ = ["CHILD_DEFAULT_SIGNALS", "spawn", "spawn_from_argv"]
+__all__ = ["CHILD_DEFAULT_SIGNALS", "let_go_of_stdio", "spawn", "spawn_from_argv"]
 
 CHILD_DEFAULT_SIGNALS = (
     signal.SIGINT,
@@ -43,6 +43,24 @@ def spawn(command: Sequence[str], stderr_fd: int | None, env_drop: str) -> int:
     )
 
 
+def let_go_of_stdio(stderr_fd: int | None) -> None:
+    """Run mode, once the command is started: the sampler keeps none of the terminal's or the
+    pipes' ends it was given for the command (its stdin, stdout and that stderr), so that a
+    reader of the command's output sees its end when the command ends, not when the sampler
+    has finished writing."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+    finally:
+        os.close(null)
+    if stderr_fd is not None:
+        try:
+            os.close(stderr_fd)
+        except OSError:
+            pass
+
+
 def _value(argv: Sequence[str], name: str) -> int | None:
     for i, a in enumerate(argv):
         if a == name and i + 1 < len(argv):
@@ -70,10 +88,12 @@ def spawn_from_argv(argv: Sequence[str], env_drop: str) -> int | OSError | None:
     if not rest:
         return None
     status = _value(own, "--status-fd")
+    stderr_fd = _value(own, "--stderr-fd")
     try:
-        pid = spawn(rest, _value(own, "--stderr-fd"), env_drop)
+        pid = spawn(rest, stderr_fd, env_drop)
     except OSError as exc:
         return exc
+    let_go_of_stdio(stderr_fd)
     if status is not None:
         try:
             os.write(status, f"pid {pid}\n".encode())

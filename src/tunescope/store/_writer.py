@@ -94,6 +94,9 @@ class Writer:
         self._spool: SpoolFile | None = None
         self._store: Store | None = None
         self._busy = False
+        self._busy_since: float | None = None
+        self._rejected_ids: set[str] = set()
+        """Batches set aside while a copy of them was spooled: the copy is skipped."""
         self._closing = False
         self._deadline = float("inf")
         self._abandoned = False
@@ -127,8 +130,17 @@ class Writer:
                     if not self._thread.is_alive():
                         self._release_spool()
                     return
-                self._queue.append((time.monotonic(), batch))
+                now = time.monotonic()
+                self._queue.append((now, batch))
                 self._queued_items += batch.size()
+                stuck = self._busy_since is not None and now - self._busy_since > self.spill_after
+                if (self._busy or self._unavailable_since is not None) and (
+                    self._queued_items > self.memory_items
+                    or (stuck and now - self._queue[0][0] > self.spill_after)
+                ):
+                    # the store keeps the writer's thread waiting (a lock, a frozen server):
+                    # memory stays bounded all the same
+                    self._spill_queue()
                 self._cond.notify_all()
         except Exception as exc:  # never into the producer
             self._log(
@@ -192,6 +204,9 @@ class Writer:
                 spool.reset()
                 break
             batch, end = frame
+            if batch is not None and batch.id in self._rejected_ids:
+                spool.read_at = end  # set aside already, while this copy was spooled
+                continue
             if batch is not None:
                 return batch, end
             self.rejected += 1
@@ -216,6 +231,7 @@ class Writer:
                         self._cond.wait()
                         continue
                     self._busy = True
+                    self._busy_since = time.monotonic()
                     batch = self._with_spec(batch)
                 try:
                     outcome = self._send(batch)
@@ -231,6 +247,9 @@ class Writer:
                     outcome = "rejected"
                 with self._cond:
                     self._busy = False
+                    self._busy_since = None
+                    if outcome == "rejected":
+                        self._rejected_ids.add(batch.id)
                     if self._abandoned:
                         return
                     if outcome != "keep":
@@ -337,13 +356,15 @@ class Writer:
         return batch.with_spec(spec) if batch.trial == spec.key else batch
 
     def _advance(self, offset: int | None, batch: Batch) -> None:
-        """Forget a batch that landed (or was set aside). Lock held."""
+        """Forget a batch that landed (or was set aside). A batch from the queue may have been
+        spooled while it was being sent (see :meth:`put`): then the queue no longer holds it,
+        and its spooled copy is a duplicate the store recognises. Lock held."""
         if offset is not None:
             assert self._spool is not None
             self._spool.read_at = offset
             if not self._spool.unread():
                 self._spool.reset()
-        else:
+        elif self._queue and self._queue[0][1] is batch:
             self._queue.popleft()
             self._queued_items -= batch.size()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import Any
 
 import httpx
@@ -28,4 +29,10 @@ def request(
             headers = {} if host is None else {"Host": host}
             return await c.request(method, path, headers=headers, params=params)
 
-    return asyncio.run(go())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: no loop in this thread
+        return asyncio.run(go())
+    # a loop already runs in this thread (a session-wide Playwright browser): use another one
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, go()).result()

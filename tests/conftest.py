@@ -67,6 +67,13 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def store_file(sqlite_url: str) -> str:
+    """The URL of an empty SQLite store that exists (the page opens stores, never creates)."""
+    open_store(sqlite_url).close()
+    return sqlite_url
+
+
+@pytest.fixture
 def procs() -> Iterator[list[Proc]]:
     """Child processes a test started, killed when it ends."""
     started: list[Proc] = []

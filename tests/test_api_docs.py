@@ -23,8 +23,8 @@ API_MD = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 
 @pytest.fixture
-def app(sqlite_url: str) -> Iterator[FastAPI]:
-    application = create_app(sqlite_url)
+def app(store_file: str) -> Iterator[FastAPI]:
+    application = create_app(store_file)
     try:
         yield application
     finally:
@@ -110,10 +110,10 @@ def _get(app: FastAPI, url: str) -> httpx.Response:
 
 
 @pytest.fixture
-def built_app(sqlite_url: str) -> Iterator[FastAPI]:
+def built_app(store_file: str) -> Iterator[FastAPI]:
     """The app over the package's built page (built now when missing or stale)."""
     ensure_built()
-    application = create_app(sqlite_url)
+    application = create_app(store_file)
     try:
         yield application
     finally:
@@ -139,8 +139,8 @@ def test_api_docs_load_only_same_origin_files(built_app: FastAPI) -> None:
     assert '"/api/openapi.json"' in init and "validatorUrl:null" in init
 
 
-def test_api_docs_before_the_page_is_built(sqlite_url: str, tmp_path: Path) -> None:
-    application = create_app(sqlite_url, static_dir=tmp_path / "nothing-here")
+def test_api_docs_before_the_page_is_built(store_file: str, tmp_path: Path) -> None:
+    application = create_app(store_file, static_dir=tmp_path / "nothing-here")
     try:
         r = _get(application, "/api/docs")
     finally:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +10,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from api_helpers import request
+from tunescope.errors import StoreUnavailable
 from tunescope.server import create_app
 from tunescope.server._app import release_store
 from tunescope.store import open_store
@@ -19,12 +20,7 @@ T0 = 1_700_000_000.0
 
 
 def call(app: FastAPI, method: str, url: str, **params: Any) -> httpx.Response:
-    async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
-            return await c.request(method, url, params=params)
-
-    return asyncio.run(go())
+    return request(app, url, method=method, params=params)
 
 
 @pytest.fixture
@@ -91,6 +87,20 @@ def test_fastapi_validation_errors_take_the_same_shape(app: FastAPI) -> None:
     assert body["error"]["message"].startswith("trial: ")
     body = _assert_shape(call(app, "GET", "/api/trials/1/series"), 422, "invalid")
     assert body["error"]["message"] == "metric: Field required"
+
+
+def test_a_store_that_cannot_be_reached_is_503_with_retry_after(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shape of a store outage (a real one: tests/test_faults_postgres.py)."""
+
+    def away() -> None:
+        raise StoreUnavailable("the database is restarting")
+
+    monkeypatch.setattr(app.state.store, "list_runs", away)
+    body = _assert_shape(call(app, "GET", "/api/runs"), 503, "store_unavailable")
+    assert body["error"]["message"] == "the database is restarting"
+    assert call(app, "GET", "/api/runs").headers["retry-after"] == "2"
 
 
 def test_wrong_method_is_405(app: FastAPI) -> None:

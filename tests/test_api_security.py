@@ -18,7 +18,6 @@ from api_helpers import request
 from tunescope.server import create_app, serve
 from tunescope.server._app import release_store
 from tunescope.server._security import CSP
-from tunescope.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADERS = {
@@ -43,18 +42,16 @@ def site(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def app(sqlite_url: str, site: Path) -> Iterator[FastAPI]:
-    open_store(sqlite_url).close()  # the page opens a store, never creates one
-    application = create_app(sqlite_url, static_dir=site)
+def app(store_file: str, site: Path) -> Iterator[FastAPI]:
+    application = create_app(store_file, static_dir=site)
     try:
         yield application
     finally:
         release_store(application.state.store)
 
 
-def _app_with(sqlite_url: str, site: Path, hosts: list[str]) -> FastAPI:
-    open_store(sqlite_url).close()
-    return create_app(sqlite_url, static_dir=site, allowed_hosts=hosts)
+def _app_with(store_file: str, site: Path, hosts: list[str]) -> FastAPI:
+    return create_app(store_file, static_dir=site, allowed_hosts=hosts)
 
 
 # ------------------------------------------------------------------------------ headers
@@ -174,8 +171,8 @@ def test_a_request_without_a_host_header_is_refused(app: FastAPI) -> None:
     assert b'"code":"bad_host"' in b"".join(m.get("body", b"") for m in sent[1:])
 
 
-def test_extra_names_and_the_wildcard(sqlite_url: str, site: Path) -> None:
-    app = _app_with(sqlite_url, site, ["Box.LAN", "::2"])
+def test_extra_names_and_the_wildcard(store_file: str, site: Path) -> None:
+    app = _app_with(store_file, site, ["Box.LAN", "::2"])
     try:
         assert request(app, "/api/health", host="box.lan:8765").status_code == 200
         assert request(app, "/api/health", host="[::2]:8765").status_code == 200
@@ -183,7 +180,7 @@ def test_extra_names_and_the_wildcard(sqlite_url: str, site: Path) -> None:
         assert request(app, "/api/health", host="box.lan.evil.example").status_code == 400
     finally:
         release_store(app.state.store)
-    anyhost = _app_with(sqlite_url, site, ["*"])
+    anyhost = _app_with(store_file, site, ["*"])
     try:
         r = request(anyhost, "/api/health", host="tunescope.example.org")
         assert r.status_code == 200
@@ -204,7 +201,7 @@ def test_extra_names_and_the_wildcard(sqlite_url: str, site: Path) -> None:
     ],
 )
 def test_serve_answers_the_bound_address_unless_a_wildcard(
-    sqlite_url: str,
+    store_file: str,
     monkeypatch: pytest.MonkeyPatch,
     bind: str,
     extra: list[str],
@@ -213,8 +210,7 @@ def test_serve_answers_the_bound_address_unless_a_wildcard(
 ) -> None:
     served: list[Any] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append((app, kwargs)))
-    open_store(sqlite_url).close()
-    serve(sqlite_url, host=bind, allowed_hosts=extra)
+    serve(store_file, host=bind, allowed_hosts=extra)
     ((app, kwargs),) = served
     try:
         assert kwargs["host"] == bind

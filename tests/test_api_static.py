@@ -46,8 +46,8 @@ def site(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def app(sqlite_url: str, site: Path) -> Iterator[FastAPI]:
-    application = create_app(sqlite_url, static_dir=site)
+def app(store_file: str, site: Path) -> Iterator[FastAPI]:
+    application = create_app(store_file, static_dir=site)
     try:
         yield application
     finally:
@@ -146,8 +146,8 @@ def test_raw_traversal_paths_are_refused(app: FastAPI, path: str) -> None:
     assert status == 404 or body == INDEX.encode()
 
 
-def test_not_built_page_says_how_to_build(sqlite_url: str, tmp_path: Path) -> None:
-    application = create_app(sqlite_url, static_dir=tmp_path / "nothing-here")
+def test_not_built_page_says_how_to_build(store_file: str, tmp_path: Path) -> None:
+    application = create_app(store_file, static_dir=tmp_path / "nothing-here")
     try:
         for path in ("/", "/runs/1"):
             r = get(application, path)
@@ -157,7 +157,7 @@ def test_not_built_page_says_how_to_build(sqlite_url: str, tmp_path: Path) -> No
         release_store(application.state.store)
 
 
-def test_creating_the_app_binds_nothing_and_keeps_layering(sqlite_url: str) -> None:
+def test_creating_the_app_binds_nothing_and_keeps_layering(store_file: str) -> None:
     script = textwrap.dedent(f"""
         import socket, sys
         def refuse(*a, **k):
@@ -165,7 +165,7 @@ def test_creating_the_app_binds_nothing_and_keeps_layering(sqlite_url: str) -> N
         socket.socket.bind = refuse
         socket.socket.listen = refuse
         import tunescope.server as server
-        app = server.create_app({sqlite_url!r})
+        app = server.create_app({store_file!r})
         bad = [m for m in sys.modules if m.startswith(("tunescope.collect", "tunescope.record"))]
         assert not bad, bad
         print("ok")

@@ -101,3 +101,22 @@ def test_every_module_belongs_to_a_part() -> None:
         if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix == ".py")
     }
     assert tops <= set(ALLOWED), tops - set(ALLOWED)
+
+
+def test_the_architecture_page_states_these_rules() -> None:
+    """docs/architecture.md's parts table says what each part may import: the same as ALLOWED
+    (its shared leaf modules aside), so the map and the check cannot drift apart."""
+    doc = (PKG.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = doc.split("## Parts", 1)[1].split("\n\n", 2)[1]
+    stated: dict[str, set[str]] = {}
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        part = cells[0].strip("`")
+        deps = cells[-1]
+        stated[part] = (
+            set(ALLOWED) - SHARED - {"errors", part}
+            if deps == "everything"
+            else {d.strip() for d in deps.split(",") if d.strip() not in ("", "–")}
+        )
+    expected = {p: a for p, a in ALLOWED.items() if p not in SHARED and p != "errors"}
+    assert stated == expected

@@ -54,8 +54,9 @@ __all__ = ["ENTER_WAIT_S", "EXIT_WAIT_S", "Trial", "rec_trial"]
 ENTER_WAIT_S = 0.5
 """Longest entering a trial waits for the store and the sampler's first sample."""
 
-EXIT_WAIT_S = 1.0
-"""Longest leaving a trial waits for its last writes; the rest is spooled."""
+EXIT_WAIT_S = 0.8
+"""Longest leaving a trial waits for its last writes (the rest is spooled), so that leaving
+returns within a second whatever the store does."""
 
 T = TypeVar("T")
 

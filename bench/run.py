@@ -10,7 +10,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["bench_store.py", "bench_record.py", "bench_api.py", "bench_browser.py"]
+BENCHES = [
+    "bench_store.py",
+    "bench_record.py",
+    "bench_api.py",
+    "bench_browser.py",
+    "bench_soak.py",
+]
 
 
 def main() -> int:

@@ -221,6 +221,7 @@ def _trial_data(
     )
 
 
+GAP_AT = 1500.0  # seconds after the run began: trial-0's sampler restarted (12 s, no samples)
 INPUT_BOUND = (330.0, 870.0)  # seconds after the run began: trial-2 waits for its batches
 INPUT_WAIT_SHARE = 0.45
 
@@ -246,6 +247,9 @@ def build_store(path: Path) -> Recorded:
         )
         _trial_data(
             store, a.id, start, start + 3000, 2, spikes=True, seed=1, step_every=0.5, eval_every=500
+        )
+        store.add_events(  # the sampler died and was restarted: no samples for 12 s
+            [Event(a.id, "sampler_gap", start + GAP_AT, "sampler restarted", None, 12.0)]
         )
         store.update_trial(a.id, state="completed", end=start + 3000, heartbeat=start + 3000)
         b = store.create_trial(

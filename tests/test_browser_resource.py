@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from browser_helpers import (
+    GAP_AT,
     SPIKE_GIB,
     SPIKE_T,
     Recorded,
@@ -153,6 +154,40 @@ def test_seed_workflow(page: Any, recorded: Recorded) -> None:
     after_draw(page, n)
     a, b = shown_span(page)
     assert a == pytest.approx(1215, abs=1) and b == pytest.approx(1245, abs=1)
+
+
+def test_a_sampler_gap_is_drawn_on_every_metric_and_named(page: Any, recorded: Recorded) -> None:
+    """The span a dead sampler left without samples is shaded on any metric's chart, and the
+    tooltip says why, so a hole is not read as an idle machine."""
+    trial = recorded.trials["trial-0"]
+    lo, hi = GAP_AT - 60, GAP_AT + 60
+    for metric in ("gpu.util", "gpu.mem"):  # without and with the step/evaluation markers
+        page.goto(
+            f"/#/runs/{recorded.run_id}/resources?metric={metric}&trial={trial}&from={lo}&to={hi}"
+        )
+        page.reload()
+        page.wait_for_function(
+            """(m) => { const d = window.__tunescope.lastDraw;
+                 return d && d.metric === m && d.gaps !== null && d.complete; }""",
+            arg=metric,
+        )
+        drawn = last_draw(page)
+        assert drawn["gaps"]["drawn"] == 1, drawn["gaps"]
+        x0, x1 = drawn["gaps"]["firstX"]
+        over = page.locator('[data-chart="main"] .u-over').bounding_box()
+        per_s = over["width"] / (drawn["to"] - drawn["from"])  # CSS px a second
+        assert x0 == pytest.approx((GAP_AT - drawn["from"]) * per_s, abs=3)
+        assert x1 - x0 == pytest.approx(12 * per_s, abs=3)
+        page.mouse.move(over["x"] + (x0 + x1) / 2, over["y"] + over["height"] / 3)
+        tip = page.get_by_role("tooltip")
+        assert "the sampler died and was restarted" in tip.inner_text()
+    # elsewhere in the run there is no gap to draw
+    page.goto(f"/#/runs/{recorded.run_id}/resources?metric=gpu.util&trial={trial}&from=0&to=600")
+    page.reload()
+    page.wait_for_function(
+        "() => { const d = window.__tunescope.lastDraw; return d && d.gaps !== null; }"
+    )
+    assert last_draw(page)["gaps"]["drawn"] == 0
 
 
 def test_markers(page: Any, recorded: Recorded) -> None:

@@ -90,6 +90,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
         )
         _put(st, b.id, "cpu.util", np.full(60, 90.0))
         _put(st, b.id, "cpu.mem", np.full(60, 1 * GIB))
+        st.add_events([Event(b.id, "sampler_gap", T0 + 30, "sampler restarted", None, 2.5)])
         for tid, end in ((a.id, T0 + n), (b.id, T0 + 60)):
             st.update_trial(tid, state="completed", end=end)
     return path
@@ -106,7 +107,9 @@ def test_text_report(url: str) -> None:
     assert "[HIGH] Input-bound: 60% of step time waiting for data  (0:02–" in out
     assert "- Load batches in parallel" in out
     assert "[MODERATE] GPU 0 under-used" in out
-    assert "230 optimizer steps, 3 evaluations, 0 checkpoints" in out
+    assert "230 optimizer steps, 3 evaluations, 0 checkpoints\n" in out  # slow: no gap
+    assert "1 sampler gap(s): no hardware samples for 2.5 s in all" in out  # plain: named
+    assert "restarted, at 0:30)" in out
     assert "Findings: none" in out  # plain
 
 
@@ -121,7 +124,13 @@ def test_json_report_carries_the_findings_and_the_peaks(url: str) -> None:
     slow = doc["trials"][0]
     assert slow["metrics"]["gpu.mem"]["peak"] == pytest.approx(15 * GIB)
     assert slow["metrics"]["gpu.mem"]["unit"] == "GiB"
-    assert slow["events"] == {"optimizer_steps": 230, "evaluations": 3, "checkpoints": 0}
+    assert slow["events"] == {
+        "optimizer_steps": 230,
+        "evaluations": 3,
+        "checkpoints": 0,
+        "sampler_gaps": [],
+    }
+    assert doc["trials"][1]["events"]["sampler_gaps"] == [{"t": T0 + 30, "duration_s": 2.5}]
     with open_store(url) as st:
         expected = to_dict(findings_for_run(st, "sweep"))
     assert slow["findings"] == expected[str(slow["id"])]

@@ -28,6 +28,8 @@ export interface DrawInfo {
   series: { device: string | null; mode: string; count: number; max: number | null; last: number | null }[];
   yMax: number | null;
   markers: MarkerStats | null;
+  /** sampler gaps drawn (null until the window's gaps were fetched) */
+  gaps: { drawn: number; firstX: [number, number] | null } | null;
   /** false for the first draw of a window whose markers are still being fetched */
   complete: boolean;
   seq: number;

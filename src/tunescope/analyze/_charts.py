@@ -19,6 +19,7 @@ __all__ = ["EVAL_COLOR", "STEP_COLOR", "require_charts", "trial_png"]
 
 STEP_COLOR = "#1a9b50"
 EVAL_COLOR = "#f08c00"
+GAP_COLOR = "#8a8f98"
 LINE_COLORS = (
     "#3366cc",
     "#dc3912",
@@ -54,6 +55,8 @@ def _draw_panel(ax: Any, p: ChartPanel, chart: TrialChart) -> None:
     ax.set_title(f"{p.label} ({p.unit})", fontsize=10)
     ax.grid(True, color="#e6e6e6", linewidth=0.6)
     ax.set_axisbelow(True)
+    for a, b in chart.gaps:  # no samples here: the sampler died and was restarted
+        ax.axvspan(a, max(b, a + 1e-3), color=GAP_COLOR, alpha=0.25, linewidth=0, hatch="//")
     if p.markers:
         for a, b in chart.evals:
             ax.axvspan(a, max(b, a + 1e-3), color=EVAL_COLOR, alpha=0.15, linewidth=0)

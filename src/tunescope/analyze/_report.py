@@ -82,12 +82,14 @@ class ChartPanel:
 @dataclass(frozen=True)
 class TrialChart:
     """What one trial's chart shows; times in seconds since the run began. ``steps`` holds
-    step times, or (t0, t1, count) bins when there are too many; ``evals`` (start, end)."""
+    step times, or (t0, t1, count) bins when there are too many; ``evals`` (start, end);
+    ``gaps`` (start, end) of the spans without hardware samples (a sampler restarted)."""
 
     panels: list[ChartPanel]
     steps: list[float]
     step_bins: list[tuple[float, float, int]]
     evals: list[tuple[float, float]]
+    gaps: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ class TrialReport:
     checkpoints: int
     findings: list[Finding]
     chart: TrialChart | None = None
+    gaps: list[tuple[float, float]] = field(default_factory=list)
+    """(t, duration) of each span with no hardware samples: the sampler died and was
+    restarted (``sampler_gap`` events)."""
 
     @property
     def duration(self) -> float | None:
@@ -145,9 +150,15 @@ def build_report(
                 s.checkpoints,
                 findings_for_trial(store, t, settings, catalog=catalog),
                 _chart(store, t, info.start) if charts else None,
+                _gaps(store, t),
             )
         )
     return Report(info, store.url, out)
+
+
+def _gaps(store: Store, t: TrialInfo) -> list[tuple[float, float]]:
+    ev = store.events(t.id, -math.inf, math.inf, kinds=["sampler_gap"], limit=100_000).events
+    return [(e.t, e.duration or 0.0) for e in ev or []]
 
 
 def _chart(store: Store, t: TrialInfo, origin: float) -> TrialChart:
@@ -183,6 +194,7 @@ def _chart(store: Store, t: TrialInfo, origin: float) -> TrialChart:
         [e.t - origin for e in steps_w.events or []],
         [(b.t0 - origin, b.t1 - origin, b.count) for b in steps_w.bins or [] if b.count],
         [(e.t - origin, e.t + (e.duration or 0.0) - origin) for e in evals_w.events or []],
+        [(a - origin, a + d - origin) for a, d in _gaps(store, t)],
     )
 
 
@@ -300,6 +312,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                     "optimizer_steps": t.optimizer_steps,
                     "evaluations": t.evaluations,
                     "checkpoints": t.checkpoints,
+                    "sampler_gaps": [{"t": a, "duration_s": d} for a, d in t.gaps],
                 },
                 "findings": [f.to_dict() for f in t.findings],
             }
@@ -308,11 +321,19 @@ def report_dict(report: Report) -> dict[str, Any]:
     }
 
 
-def _counts(t: TrialReport) -> str:
-    return (
+def _counts(t: TrialReport, origin: float) -> str:
+    out = (
         f"{t.optimizer_steps} optimizer steps, {t.evaluations} evaluations, "
         f"{t.checkpoints} checkpoints"
     )
+    if t.gaps:
+        total = sum(d for _, d in t.gaps)
+        at = ", ".join(_elapsed(a - origin) for a, _ in t.gaps)
+        out += (
+            f"; {len(t.gaps)} sampler gap(s): no hardware samples for {total:.1f} s in all "
+            f"(the sampler died and was restarted, at {at})"
+        )
+    return out
 
 
 def _text(report: Report) -> str:
@@ -336,7 +357,7 @@ def _text(report: Report) -> str:
             lines += [f"  {a.ljust(w)}  {b:>10}  {c:>10}" for a, b, c in rows]
         else:
             lines.append("  no samples recorded")
-        lines.append(f"  {_counts(t)}")
+        lines.append(f"  {_counts(t, origin)}")
         if not t.findings:
             lines.append("  Findings: none")
         else:
@@ -361,7 +382,8 @@ def _markdown(report: Report, images: list[str]) -> str:
         f"# tunescope report: run `{r.name}`",
         "",
         f"{len(report.trials)} trial(s), state {r.state}. Times are elapsed since the run "
-        "began. Charts: optimizer steps in green, evaluations shaded orange.",
+        "began. Charts: optimizer steps in green, evaluations shaded orange, sampler gaps "
+        "hatched grey.",
         "",
     ]
     out += ["| trial | state | duration | findings |", "| --- | --- | --- | --- |"]
@@ -377,7 +399,7 @@ def _markdown(report: Report, images: list[str]) -> str:
             f"## Trial `{t.trial.name}`",
             "",
             f"State {t.trial.state}, duration {_elapsed(t.duration)}, params "
-            f"{_md_cell(_params(t.trial))}; {_counts(t)}.",
+            f"{_md_cell(_params(t.trial))}; {_counts(t, origin)}.",
             "",
         ]
         rows = _metric_rows(t)
@@ -420,13 +442,14 @@ def _html(report: Report, pngs: list[bytes]) -> str:
         f"<title>tunescope report: {e(r.name)}</title><style>{_CSS}</style></head><body>",
         f"<h1>tunescope report: run <code>{e(r.name)}</code></h1>",
         f"<p>{len(report.trials)} trial(s), state {e(r.state)}. Times are elapsed since "
-        "the run began. Charts: optimizer steps in green, evaluations shaded orange.</p>",
+        "the run began. Charts: optimizer steps in green, evaluations shaded orange, sampler "
+        "gaps hatched grey.</p>",
     ]
     for t, png in zip(report.trials, pngs, strict=True):
         out.append(f"<h2>Trial <code>{e(t.trial.name)}</code></h2>")
         out.append(
             f"<p>State {e(t.trial.state)}, duration {_elapsed(t.duration)}, params "
-            f"{e(_params(t.trial))}; {e(_counts(t))}.</p>"
+            f"{e(_params(t.trial))}; {e(_counts(t, origin))}.</p>"
         )
         rows = _metric_rows(t)
         if rows:

@@ -3,10 +3,11 @@
 // drag-to-zoom, a legend with the values under the cursor and a tooltip for markers.
 
 import uPlot from "uplot";
-import type { MetricInfo, SeriesWindow } from "../api";
+import type { EventItem, MetricInfo, SeriesWindow } from "../api";
 import { h, replace } from "../dom";
 import { ELAPSED_INCRS, fmtElapsed, fmtTick, fmtValue } from "../format";
 import { type DrawInfo, recordDraw } from "../hooks";
+import { GapLayer } from "./gaps";
 import { type MarkerData, MarkerLayer } from "./markers";
 import type { Span } from "./span";
 
@@ -111,6 +112,7 @@ export function shape(win: SeriesWindow, metric: MetricInfo, offset: number): Sh
 export class MetricChart {
   readonly el: HTMLElement;
   readonly markers = new MarkerLayer();
+  readonly gaps = new GapLayer();
   private readonly plotEl: HTMLElement;
   private readonly legendEl: HTMLElement;
   private readonly tipEl: HTMLElement;
@@ -162,21 +164,23 @@ export class MetricChart {
   }
 
   /** Draw a window. `markers`: null for a metric without markers, "none" to clear them until
-   *  setMarkers brings them, "keep" to keep drawing the previous ones (same trial) meanwhile. */
+   *  setMarkers brings them, "keep" to keep drawing the previous ones (same trial) meanwhile.
+   *  `gaps`: the window's sampler gaps (every metric shows them), null when not known. */
   setData(win: SeriesWindow, metric: MetricInfo, trial: number, offset: number, span: Span,
-          markers: "keep" | "none" | null): void {
+          markers: "keep" | "none" | null, gaps: EventItem[] | null = null): void {
     const shaped = shape(win, metric, offset);
     this.metric = metric;
     this.devices = shaped.devices;
     this.span = { ...span };
     if (markers === "keep") this.markers.offset = offset; // marker times are epoch seconds
     else this.markers.set(null, offset);
+    this.gaps.set(gaps, offset);
     const layout = `${metric.key}|${shaped.devices.map((d) => d.label).join(",")}`;
     this.info = {
       chart: this.opts.id, metric: metric.key, unit: metric.unit, trial, from: span.from,
       to: span.to, width: this.plotWidth(), points: win.points,
       series: shaped.devices.map((d) => ({ device: d.device, mode: d.mode, count: d.count, max: d.max, last: d.last })),
-      yMax: null, markers: null, seq: 0, complete: markers === null,
+      yMax: null, markers: null, gaps: null, seq: 0, complete: markers === null,
     };
     this.pending = true;
     if (!this.u || layout !== this.layout) {
@@ -272,7 +276,7 @@ export class MetricChart {
         points: { size: 6 },
       },
       hooks: {
-        drawAxes: [(u) => this.markers.drawBehind(u)],
+        drawAxes: [(u) => this.gaps.draw(u), (u) => this.markers.drawBehind(u)],
         draw: [(u) => this.drawn(u)],
         setSelect: [(u) => this.selected(u)],
         setCursor: [(u) => this.cursorMoved(u)],
@@ -290,6 +294,7 @@ export class MetricChart {
       ...this.info,
       yMax: u.scales.y.max ?? null,
       markers: this.markers.data ? { ...this.markers.stats } : null,
+      gaps: this.gaps.known ? { ...this.gaps.stats } : null,
     };
     this.el.dataset.drawn = String(Number(this.el.dataset.drawn ?? 0) + 1);
     recordDraw(info);
@@ -308,7 +313,7 @@ export class MetricChart {
   private cursorMoved(u: uPlot): void {
     this.renderLegend(u);
     const left = u.cursor.left ?? -1;
-    const lines = left >= 0 ? this.markers.describe(u, left) : [];
+    const lines = left >= 0 ? [...this.gaps.describe(u, left), ...this.markers.describe(u, left)] : [];
     if (!lines.length) {
       this.tipEl.hidden = true;
       return;

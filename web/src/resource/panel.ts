@@ -1,6 +1,6 @@
 // A chart bound to the API: fetches a window of one (trial, metric) — the series at the
-// chart's pixel width as points, and for marker metrics its optimizer steps and evaluations —
-// and draws it. A newer load cancels an older one still in flight.
+// chart's pixel width as points, its sampler gaps, and for marker metrics its optimizer steps
+// and evaluations — and draws it. A newer load cancels an older one still in flight.
 
 import { api, isAbort, type MetricInfo, type Trial } from "../api";
 import { recordError } from "../hooks";
@@ -32,13 +32,16 @@ export class SeriesPanel {
     const end = offset + span.to;
     this.chart.setBusy(true);
     try {
-      // the series first, on its own: the server answers it fastest when nothing competes,
-      // and the line is drawn before the markers (which can be dense) arrive
-      const win = await api.series(trial.id, metric.key, start, end, points, signal);
+      // the series, and the window's sampler gaps (rare, a short answer) beside it; the line
+      // is drawn before the markers (which can be dense) arrive
+      const [win, gaps] = await Promise.all([
+        api.series(trial.id, metric.key, start, end, points, signal),
+        api.events(trial.id, start, end, ["sampler_gap"], points, signal),
+      ]);
       if (signal.aborted) return false;
       const keep = metric.markers && this.markersOf === trial.id;
       this.chart.setData(win, metric, trial.id, offset, span,
-        metric.markers ? (keep ? "keep" : "none") : null);
+        metric.markers ? (keep ? "keep" : "none") : null, gaps.events ?? []);
       this.markersOf = metric.markers ? trial.id : null;
       if (!metric.markers) return true;
       const [steps, evals] = await Promise.all([

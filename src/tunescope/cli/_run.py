@@ -239,19 +239,11 @@ class _Wrapper:
 
     def _start_alone(self) -> None:
         """Start the command ourselves (the sampler could not start it)."""
-        env = dict(self.env)
-        env.pop(protocol.ENV_SPEC, None)
-        old = dict(os.environ)
         try:
-            os.environ.clear()
-            os.environ.update(env)
-            self.child = spawn(self.cmd, None, protocol.ENV_SPEC)
+            self.child = spawn(self.cmd, None, self.env, protocol.ENV_SPEC)
         except OSError as exc:
             print(f"tunescope: could not start {self.cmd[0]}: {exc}", file=sys.stderr)
             self.code = 127
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
         if self.child is not None:
             self._start_watcher()
 

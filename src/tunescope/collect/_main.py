@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     if command:  # run mode: the command first, before anything slow
         if spawned is None:
             try:
-                spawned = spawn(command, args.stderr_fd, protocol.ENV_SPEC)
+                spawned = spawn(command, args.stderr_fd, os.environ, protocol.ENV_SPEC)
             except OSError as exc:
                 spawned = exc
             if isinstance(spawned, int):

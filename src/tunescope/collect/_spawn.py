@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["CHILD_DEFAULT_SIGNALS", "let_go_of_stdio", "spawn", "spawn_from_argv"]
 
@@ -24,15 +24,16 @@ CHILD_DEFAULT_SIGNALS = (
 """Signals the command gets back at their default (the sampler ignores some of them)."""
 
 
-def spawn(command: Sequence[str], stderr_fd: int | None, env_drop: str) -> int:
+def spawn(
+    command: Sequence[str], stderr_fd: int | None, env: Mapping[str, str], env_drop: str
+) -> int:
     """Start ``command`` (searched on PATH) with the signals it would have had from a shell,
-    its stderr on ``stderr_fd`` when given, and the environment less ``env_drop``."""
+    its stderr on ``stderr_fd`` when given, and ``env`` less ``env_drop``."""
     actions: list[tuple[int, int, int]] = []
     if stderr_fd is not None:
         os.set_inheritable(stderr_fd, False)
         actions.append((os.POSIX_SPAWN_DUP2, stderr_fd, 2))
-    env = dict(os.environ)
-    env.pop(env_drop, None)
+    env = {k: v for k, v in env.items() if k != env_drop}
     return os.posix_spawnp(
         command[0],
         list(command),
@@ -90,7 +91,7 @@ def spawn_from_argv(argv: Sequence[str], env_drop: str) -> int | OSError | None:
     status = _value(own, "--status-fd")
     stderr_fd = _value(own, "--stderr-fd")
     try:
-        pid = spawn(rest, stderr_fd, env_drop)
+        pid = spawn(rest, stderr_fd, os.environ, env_drop)
     except OSError as exc:
         return exc
     let_go_of_stdio(stderr_fd)

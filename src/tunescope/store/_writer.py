@@ -147,11 +147,6 @@ class Writer:
                 f"put:{self.name}", "tunescope: %s could not queue a batch (%s)", self.name, exc
             )
 
-    def waiting(self) -> int:
-        """Batches not written yet (in memory and in the spool file)."""
-        with self._cond:
-            return len(self._queue) + (1 if self._spool is not None and self._spool.unread() else 0)
-
     def flush(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s until every batch put so far has landed; True if so."""
         end = time.monotonic() + timeout
@@ -222,6 +217,13 @@ class Writer:
             while True:
                 with self._cond:
                     if self._abandoned:
+                        return
+                    if (
+                        self._closing
+                        and self._unavailable_since is not None
+                        and time.monotonic() >= self._deadline
+                    ):  # closing, the store away, the time up: no attempt that could block
+                        self._spill_queue()
                         return
                     batch, offset = self._next()
                     if batch is None:

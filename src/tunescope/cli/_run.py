@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 import tunescope._protocol as protocol
-from tunescope.collect._spawn import spawn
+from tunescope.collect import spawn
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 from tunescope.record import (
     ENTER_WAIT_S,

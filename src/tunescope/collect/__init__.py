@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tunescope.collect._loop import MIN_INTERVAL, Sampler, StopSignal, failure_message
     from tunescope.collect._main import main
     from tunescope.collect._replay import ReplayBackend, builtin_fixtures, load_replay
+    from tunescope.collect._spawn import spawn
 
 _WHERE = {
     "cpu_limit": "_cgroup",
@@ -57,6 +58,7 @@ _WHERE = {
     "ReplayBackend": "_replay",
     "builtin_fixtures": "_replay",
     "load_replay": "_replay",
+    "spawn": "_spawn",
 }
 
 __all__ = [
@@ -79,6 +81,7 @@ __all__ = [
     "main",
     "memory_limit",
     "open_gpu_backend",
+    "spawn",
 ]
 
 

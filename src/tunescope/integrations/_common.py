@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
+
+from tunescope._once import Once
 
 __all__ = ["LOG", "safe"]
 
@@ -15,8 +16,7 @@ LOG = logging.getLogger("tunescope.integrations")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_seen: set[str] = set()
-_lock = threading.Lock()
+_once = Once(LOG)
 
 
 def safe(fn: F) -> F:
@@ -30,17 +30,14 @@ def safe(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
-            with _lock:
-                first = key not in _seen
-                _seen.add(key)
-            if first:
-                LOG.warning(
-                    "tunescope: %s failed (%s: %s); training goes on, this is not recorded",
-                    key,
-                    type(exc).__name__,
-                    exc,
-                    exc_info=True,
-                )
+            _once(
+                key,
+                "tunescope: %s failed (%s: %s); training goes on, this is not recorded",
+                key,
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
             return None
 
     return cast(F, inner)

@@ -60,6 +60,7 @@ PUBLIC = {
         "display",
         "redact",
         "absolute_url",
+        "check_url",
     },
     "tunescope.metrics": {"CATALOG", "GIB", "Metric", "headline", "metric"},
     "tunescope.record": {

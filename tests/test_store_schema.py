@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
+import re
 import shutil
 import sqlite3
 from contextlib import closing
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from tunescope.errors import ConfigError, SchemaError, StoreError
-from tunescope.store import Event, Scalar, open_store, resolve_url
+from tunescope.store import Event, Scalar, check_url, open_store, resolve_url
 from tunescope.store._schema import SCHEMA_VERSION
 
 DATA = Path(__file__).parent / "data"
@@ -163,6 +164,46 @@ def test_unwritable_path_under_proc(tmp_path: Path) -> None:
 def test_unknown_url_scheme() -> None:
     with pytest.raises(ConfigError, match="unknown store URL 'mysql://x'"):
         open_store("mysql://x")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@db.example/x",
+        "postgres://u:p@h:5432/x",
+        "postgresql://h1:5432,h2:5433/x",
+        "postgresql://[::1]:5432/x",
+        "postgresql:///x?host=/var/run/postgresql",
+        "postgresql://h/x?port=5432,5433",
+        "sqlite:///rel.db",
+        "plain/path.db",
+    ],
+)
+def test_check_url_accepts_the_forms_a_store_may_take(url: str) -> None:
+    assert check_url(url) == url
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql://", "store URL 'postgresql://' names no server or database"),
+        ("postgresql:///", "names no server or database"),
+        ("postgresql://u:secret@h:notaport/x", "'postgresql://u@h:notaport/x': port 'notaport'"),
+        ("postgresql://h:0/x", "port '0' is not 1 to 65535"),
+        ("postgresql://h:65536/x", "port '65536'"),
+        ("postgresql://h1:5432,h2:x/x", "port 'x'"),
+        ("postgresql://[::1]:99999/x", "port '99999'"),
+        ("postgresql://h/x?port=5432,no", "port 'no'"),
+        ("postgresql://h:\u0663/x", "port '\u0663'"),
+        ("sqlite://", "names no file"),
+        ("mysql://x", "unknown store URL 'mysql://x'"),
+    ],
+)
+def test_check_url_refuses_a_bad_form_without_connecting(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_url(url)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        open_store(url, create=False)
 
 
 def test_url_forms_and_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

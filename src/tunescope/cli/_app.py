@@ -8,7 +8,6 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -16,12 +15,14 @@ import typer
 
 from tunescope.analyze import data_wait_share, summarize_trial
 from tunescope.cli import _format as fmt
+from tunescope.cli import _input as check
+from tunescope.cli._input import Command, StoreOpt, as_run
 from tunescope.cli._report import report
 from tunescope.cli._sync import spool_note
 from tunescope.cli._sync import sync as sync_spool
 from tunescope.errors import ConfigError, NotFound
 from tunescope.metrics import CATALOG, metric
-from tunescope.store import Store, TrialInfo, absolute_url, open_store
+from tunescope.store import Store, TrialInfo, absolute_url, check_url, open_store
 
 app = typer.Typer(
     name="tunescope",
@@ -32,28 +33,25 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-StoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="Store URL: a SQLite file path (default ./tunescope.db, or "
-        "$TUNESCOPE_STORE) or postgresql://...",
-        show_default=False,
-    ),
-]
 
-
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    cls=Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
 def run(
     cmd: Annotated[
         list[str] | None, typer.Argument(help="The command to run, after --", show_default=False)
     ] = None,
     run_name: Annotated[
         str | None,
-        typer.Option("--run", help="Run to add the trial to (created if new); default CMD-DATE."),
+        typer.Option(
+            "--run",
+            help="Run to add the trial to (created if new); default CMD-DATE.",
+            callback=check.not_empty,
+        ),
     ] = None,
     trial: Annotated[
-        str | None, typer.Option("--trial", help="Trial name; default trial-N.")
+        str | None,
+        typer.Option("--trial", help="Trial name; default trial-N.", callback=check.not_empty),
     ] = None,
     param: Annotated[
         list[str] | None,
@@ -73,6 +71,8 @@ def run(
     CMD's exit code is passed through (128+N when killed by signal N)."""
     from tunescope.cli._run import run_command
 
+    if cmd and cmd[0].startswith("-"):  # an unknown option before the command, not a command
+        raise ConfigError(f"no such option: {cmd[0]} (the command goes after --)")
     code = run_command(
         cmd or [], run=run_name, trial=trial, params=param or [], store=store, interval=interval
     )
@@ -102,7 +102,7 @@ def _runs_rows(st: Store) -> list[list[str]]:
     return rows
 
 
-@app.command()
+@app.command(cls=Command)
 def runs(store: StoreOpt = None) -> None:
     """List runs: state, trials, start, duration and peak memory."""
     with open_store(store, create=False) as st:
@@ -120,7 +120,7 @@ def runs(store: StoreOpt = None) -> None:
         typer.echo(note, err=True)
 
 
-@app.command()
+@app.command(cls=Command)
 def sync(
     store: StoreOpt = None,
     timeout: Annotated[
@@ -133,8 +133,8 @@ def sync(
     code 0 when nothing is left, 1 when some still waits (the store is unreachable, or a
     process still writing owns it)."""
     if not (math.isfinite(timeout) and timeout > 0):
-        raise ConfigError(f"--timeout {timeout} must be a positive number of seconds")
-    code, lines = sync_spool(absolute_url(store), timeout)
+        raise ConfigError(f"--timeout {timeout:g} must be a positive number of seconds")
+    code, lines = sync_spool(check_url(absolute_url(store)), timeout)
     for line in lines:
         typer.echo(line)
     raise typer.Exit(code)
@@ -143,7 +143,7 @@ def sync(
 def trials_table(st: Store, run_ref: str) -> str:
     """The per-trial table of `tunescope trials` and the demo: state, duration, peak and mean
     of the four headline metrics, optimizer steps, evaluations, checkpoints."""
-    r = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref)
+    r = st.get_run(as_run(run_ref))
     rows = []
     for t in st.list_trials(r.id):
         s = summarize_trial(st, t)
@@ -190,7 +190,7 @@ def trials_table(st: Store, run_ref: str) -> str:
     )
 
 
-@app.command()
+@app.command(cls=Command)
 def trials(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run name or id.")],
     store: StoreOpt = None,
@@ -204,7 +204,7 @@ def trials(
 
 
 def _select_trials(st: Store, run_ref: str, trial: str | None) -> tuple[float, list[TrialInfo]]:
-    r = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref)
+    r = st.get_run(as_run(run_ref))
     ts = st.list_trials(r.id)
     if trial is not None:
         ts = [t for t in ts if t.name == trial]
@@ -213,7 +213,7 @@ def _select_trials(st: Store, run_ref: str, trial: str | None) -> tuple[float, l
     return r.start, ts
 
 
-@app.command()
+@app.command(cls=Command)
 def export(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run name or id.")],
     trial: Annotated[str | None, typer.Option("--trial", help="Only this trial.")] = None,
@@ -225,7 +225,10 @@ def export(
     ] = "samples",
     out_format: Annotated[str, typer.Option("--format", help="csv or json.")] = "csv",
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
+        str | None,
+        typer.Option(
+            "--out", help="Write to this file instead of stdout.", callback=check.out_path
+        ),
     ] = None,
     store: StoreOpt = None,
 ) -> None:
@@ -243,8 +246,9 @@ def export(
             metric(metric_key)
         except KeyError as exc:
             raise ConfigError(str(exc.args[0])) from None
+    dest = None if out is None else check.not_the_store(out, store)
     with open_store(store, create=False) as st:
-        run_name = st.get_run(int(run_ref) if run_ref.isdigit() else run_ref).name
+        run_name = st.get_run(as_run(run_ref)).name
         t0, selected = _select_trials(st, run_ref, trial)
         samples: list[list[Any]] = []
         events: list[list[Any]] = []
@@ -274,7 +278,10 @@ def export(
         warnings = fmt.damage_warnings(st)
     s_head = ["run", "trial", "metric", "device", "t", "elapsed_s", "value"]
     e_head = ["run", "trial", "kind", "name", "step", "t", "elapsed_s", "duration_s"]
-    sink = sys.stdout if out is None else out.open("w", newline="", encoding="utf-8")
+    try:
+        sink = sys.stdout if dest is None else dest.open("w", newline="", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
     try:
         if out_format == "json":
             json.dump(
@@ -291,16 +298,16 @@ def export(
             w.writerow(head)
             w.writerows(["" if c is None else c for c in r] for r in rows)
     finally:
-        if out is not None:
+        if dest is not None:
             sink.close()
     for line in warnings:
         typer.echo(line, err=True)
 
 
-app.command()(report)
+app.command(cls=Command)(report)
 
 
-@app.command()
+@app.command(cls=Command)
 def metrics() -> None:
     """List the metric catalog: key, label, unit and source."""
     typer.echo(
@@ -311,27 +318,38 @@ def metrics() -> None:
     )
 
 
-@app.command()
+@app.command(cls=Command)
 def demo(
     store: Annotated[
         str | None,
-        typer.Option("--store", help="Where the demo's run goes; default ./tunescope.db."),
+        typer.Option(
+            "--store",
+            help="Where the demo's run goes; default ./tunescope.db.",
+            callback=check.not_empty,
+        ),
     ] = None,
     serve: Annotated[
         bool,
         typer.Option("--serve/--no-serve", help="Serve the page on the demo's run when it ends."),
     ] = True,
     seconds: Annotated[
-        float, typer.Option("--seconds", help="Training time per trial, in seconds.")
+        float, typer.Option("--seconds", help="Training time per trial, in seconds (at most 3600).")
     ] = 35.0,
-    port: Annotated[int, typer.Option("--port", help="Port for the page.")] = 8765,
+    port: Annotated[
+        int, typer.Option("--port", help="Port for the page.", callback=check.port)
+    ] = 8765,
 ) -> None:
     """LoRA-fine-tune MiniLM in a 3-trial Optuna sweep on the CPU, recorded, and show it.
 
     Hugging Face Trainer + PEFT, offline. One trial is input-bound by design, one is pruned.
     Prints the per-trial table, then serves the page."""
-    from tunescope.cli._demo import run_demo
+    from tunescope.cli._demo import require, run_demo
 
+    if not (math.isfinite(seconds) and 0 < seconds <= 3600):
+        raise ConfigError(f"--seconds {seconds:g} is out of range: use more than 0, at most 3600")
+    require()  # refuse before writing anything when what the demo needs is missing
+    with open_store(absolute_url(store)):
+        pass  # refuse a bad store before training (a new one is created: the demo fills it)
     url, run_name = run_demo(store, seconds_per_trial=seconds)
     with open_store(url) as st:
         typer.echo("")
@@ -358,11 +376,15 @@ def _serve(
     serve_app(url, host=host, port=port, allowed_hosts=allow_hosts)
 
 
-@app.command()
+@app.command(cls=Command)
 def ui(
     store: StoreOpt = None,
-    host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    host: Annotated[
+        str, typer.Option("--host", help="Interface to bind.", callback=check.host)
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on.", callback=check.port)
+    ] = 8765,
     allow_host: Annotated[
         list[str] | None,
         typer.Option(
@@ -372,6 +394,7 @@ def ui(
             "0.0.0.0 or ::, which name no host. '*' answers any name: only behind a reverse "
             "proxy that checks Host itself.",
             show_default=False,
+            callback=check.allowed_hosts,
         ),
     ] = None,
 ) -> None:

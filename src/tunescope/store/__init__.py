@@ -33,7 +33,14 @@ from tunescope.store._model import (
 from tunescope.store._open import open_store
 from tunescope.store._pool import PooledStore
 from tunescope.store._spool import ReplayStats, keeps, pending, replay, spool_dir, spool_root
-from tunescope.store._url import DEFAULT_STORE, absolute_url, display, redact, resolve_url
+from tunescope.store._url import (
+    DEFAULT_STORE,
+    absolute_url,
+    check_url,
+    display,
+    redact,
+    resolve_url,
+)
 from tunescope.store._writer import Writer
 
 __all__ = [
@@ -62,6 +69,7 @@ __all__ = [
     "Window",
     "Writer",
     "absolute_url",
+    "check_url",
     "display",
     "keeps",
     "new_key",

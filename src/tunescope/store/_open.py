@@ -6,7 +6,7 @@ import os
 
 from tunescope.errors import ConfigError
 from tunescope.store._contract import Store
-from tunescope.store._url import parse, redact, resolve_url
+from tunescope.store._url import check_url, parse, redact
 
 __all__ = ["open_store"]
 
@@ -25,28 +25,21 @@ def open_store(
     read-only (and never creates one). ``timeout``: seconds a call may wait for a lock (SQLite)
     or the server (PostgreSQL) before it raises StoreUnavailable.
 
-    Raises ConfigError for a URL of an unknown kind or bad form, StoreUnavailable when the
-    database cannot be reached now, SchemaError when it is corrupt, foreign or from a newer
-    tunescope, StoreError when it cannot be opened at all.
+    Raises ConfigError for a URL of an unknown kind or bad form (:func:`check_url`),
+    StoreUnavailable when the database cannot be reached now, SchemaError when it is corrupt,
+    foreign or from a newer tunescope, StoreError when it cannot be opened at all.
     """
-    target = resolve_url(url)
+    target = check_url(url)
     scheme, rest = parse(target)
     if scheme == "sqlite":
         from tunescope.store._sqlite import SQLiteStore
 
-        if not rest:
-            raise ConfigError(f"store URL {target!r} names no file")
         return SQLiteStore(rest, readonly=readonly, create=create, timeout=timeout)
-    if scheme == "postgresql":
-        try:
-            from tunescope.store._postgres import PostgresStore
-        except ImportError as exc:
-            raise ConfigError(
-                f"store URL {redact(target)!r} needs the PostgreSQL driver: "
-                f"pip install 'tunescope[postgres]' ({exc})"
-            ) from None
-        return PostgresStore(target, create=create and not readonly, timeout=timeout)
-    raise ConfigError(
-        f"unknown store URL {redact(target)!r}: use a file path, sqlite:///PATH or "
-        "postgresql://USER@HOST/DB"
-    )
+    try:
+        from tunescope.store._postgres import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(
+            f"store URL {redact(target)!r} needs the PostgreSQL driver: "
+            f"pip install 'tunescope[postgres]' ({exc})"
+        ) from None
+    return PostgresStore(target, create=create and not readonly, timeout=timeout)

@@ -14,9 +14,12 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tunescope.errors import ConfigError
+
 __all__ = [
     "DEFAULT_STORE",
     "absolute_url",
+    "check_url",
     "display",
     "parse",
     "redact",
@@ -50,6 +53,49 @@ def parse(target: str) -> tuple[str, str]:
     if scheme in ("postgresql", "postgres"):
         return "postgresql", target
     return scheme, target
+
+
+def check_url(url: str | os.PathLike[str] | None = None) -> str:
+    """The store URL to use (:func:`resolve_url`), checked for form without opening anything.
+
+    Raises ConfigError for a URL of an unknown kind, a SQLite URL that names no file, a
+    PostgreSQL URL that names nothing (``postgresql://``) or a port that is not a number
+    from 1 to 65535."""
+    target = resolve_url(url)
+    scheme, rest = parse(target)
+    if scheme == "sqlite":
+        if not rest:
+            raise ConfigError(f"store URL {target!r} names no file")
+    elif scheme == "postgresql":
+        _check_postgres(target)
+    else:
+        raise ConfigError(
+            f"unknown store URL {redact(target)!r}: use a file path, sqlite:///PATH or "
+            "postgresql://USER@HOST/DB"
+        )
+    return target
+
+
+def _check_postgres(url: str) -> None:
+    shown = redact(url)
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as exc:
+        raise ConfigError(f"bad PostgreSQL URL {shown!r}: {exc}") from None
+    hosts = parts.netloc.rpartition("@")[2]
+    if not hosts and not parts.path.strip("/") and not query:
+        raise ConfigError(  # nothing in it to redact
+            f"store URL {url!r} names no server or database: use postgresql://USER@HOST/DB"
+        )
+    ports = [v for k, v in query if k == "port"]
+    for h in hosts.split(","):
+        tail = h.rpartition("]")[2] if h.startswith("[") else h
+        if ":" in tail:
+            ports.append(tail.rpartition(":")[2])
+    for p in (p for v in ports for p in v.split(",")):
+        if not (p.isascii() and p.isdigit() and 1 <= int(p) <= 65535):
+            raise ConfigError(f"bad PostgreSQL URL {shown!r}: port {p!r} is not 1 to 65535")
 
 
 def absolute_url(url: str | os.PathLike[str] | None = None) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from store_helpers import damage_chunk
-from tunescope.store import CHUNK_SAMPLES, open_store
+from tunescope.store import CHUNK_SAMPLES, Event, open_store
 from tunescope.store._schema import SCHEMA_VERSION
 
 
@@ -284,3 +284,34 @@ def test_run_records_a_command_and_passes_its_exit_code(tmp_path: Path) -> None:
     data = json.loads(js.stdout)
     assert {s["trial"] for s in data["samples"]} == {"good", "trial-1"}
     assert data["events"] == []
+
+
+def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    open_store(db).close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        p = cli("ui", "--store", str(db), "--port", str(port))
+    _one_line_error(p, f"cannot listen on 127.0.0.1:{port}")
+    assert p.stdout == ""  # no "Open http://…" for a page that never came up
+
+
+def test_damaged_json_in_a_trial_row_degrades_every_read(tmp_path: Path) -> None:
+    """A trial row whose params, pids or an event's data no longer parse (a hand edit, a
+    damaged page): every read command still answers, showing what could not be read."""
+    db = tmp_path / "s.db"
+    with open_store(db) as st:
+        tid = st.create_trial(st.ensure_run("r").id, "t", {"lr": 0.1}).id
+        st.add_events([Event(tid, "mark", 1.0, "m", data={"k": 1})])
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE trials SET params = '{broken', pids = 'nope'")
+    conn.execute("UPDATE events SET data = '[unfinished'")
+    conn.commit()
+    conn.close()
+    for args in (["runs"], ["trials", "r"], ["export", "r", "--what", "events"], ["report", "r"]):
+        p = cli(*args, "--store", str(db))
+        assert p.returncode == 0, (args, p.stderr)
+        assert "Traceback" not in p.stderr
+    assert "(unreadable)" in cli("trials", "r", "--store", str(db)).stdout

@@ -371,9 +371,31 @@ def _serve(
         raise ConfigError(
             f"the page needs the server extra: pip install 'tunescope[server]' ({exc})"
         ) from None
+    _can_listen(host, port)
     path = "" if run_name is None else f"#/runs/{quote(run_name, safe='')}/resources"
     typer.echo(f"Open http://{page_host(host)}:{port}/{path}  (Ctrl-C to stop)")
     serve_app(url, host=host, port=port, allowed_hosts=allow_hosts)
+
+
+def _can_listen(host: str, port: int) -> None:
+    """ConfigError, on one line, when the page could not listen on host:port (a port in use,
+    a host name that names no interface here): said before the server starts, not in its
+    log."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise ConfigError(
+            f"--host {host!r} names no address here ({exc.strerror or exc})"
+        ) from None
+    family, kind, proto, _name, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 @app.command(cls=Command)

@@ -342,14 +342,16 @@ class SQLStore(Store, abc.ABC):
     # ------------------------------------------------------------------ trials
     def _trial_from(self, row: Sequence[Any]) -> TrialInfo:
         (tid, run_id, name, params, state, host, pids, start, end, hb, error, interval, key) = row
+        p = _loads(params, None)
+        ids = _loads(pids, [])
         return TrialInfo(
             int(tid),
             int(run_id),
             str(name),
-            json.loads(params),
+            p if isinstance(p, dict) else {"(unreadable)": str(params)[:200]},
             self.derive_state(str(state), hb, float(start), float(interval)),
             str(host),
-            tuple(json.loads(pids)),
+            tuple(x for x in ids if isinstance(x, int)) if isinstance(ids, list) else (),
             float(start),
             None if end is None else float(end),
             None if hb is None else float(hb),
@@ -622,7 +624,7 @@ class SQLStore(Store, abc.ABC):
             self._q(cur, "UPDATE trials SET params = ? WHERE id = ?", (params, tid))
         if batch.pids:
             row = self._q(cur, "SELECT pids FROM trials WHERE id = ?", (tid,)).fetchone()
-            merged = sorted(set(json.loads(row[0])) | set(batch.pids))
+            merged = sorted(set(_loads(row[0], [])) | set(batch.pids))
             self._q(
                 cur,
                 "UPDATE trials SET pids = ? WHERE id = ? AND state = 'running'",
@@ -1024,7 +1026,7 @@ class SQLStore(Store, abc.ABC):
                 None if r[3] is None else int(r[3]),
                 None if r[5] is None else float(r[5]),
                 None if r[6] is None else float(r[6]),
-                None if r[7] is None else json.loads(r[7]),
+                None if r[7] is None else _loads(r[7], None),
             )
             for r in rows
         ]
@@ -1119,6 +1121,15 @@ def _sql_int(value: int) -> int:
     rather than a driver's overflow error."""
     v = int(value)
     return v if -(2**63) <= v < 2**63 else -1
+
+
+def _loads(raw: Any, default: Any) -> Any:
+    """A JSON column's value; ``default`` when damaged (a damaged row degrades, never
+    fails a read)."""
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return default
 
 
 def _first_line(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 STATIC  := src/tunescope/server/static/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/package.json web/package-lock.json web/build.mjs web/tsconfig.json
 
-.PHONY: setup web browser demo test lint format bench clean
+.PHONY: setup web browser demo test lint format bench screenshot clean
 
 setup: $(STAMP) $(STATIC)
 
@@ -41,6 +41,10 @@ lint: setup
 format: setup
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
+
+# the README's picture, from a real demo run (tests write theirs to a temporary folder)
+screenshot: setup browser
+	TUNESCOPE_SCREENSHOTS=docs/img $(BIN)/pytest -q tests/test_browser_demo.py -k readme_screenshot
 
 bench: setup browser
 	$(BIN)/python bench/run.py

@@ -298,6 +298,12 @@ class Supervised:
             h._close_err()
             self.handle = start_sampler(url, spec, pid, interval, gap_since=self._alive_at)
 
+    @property
+    def pid(self) -> int | None:
+        """The running sampler's pid (None when none runs)."""
+        h = self.handle
+        return None if h is None else h.pid
+
     def request_stop(self) -> None:
         with self._lock:
             if self.handle is not None:

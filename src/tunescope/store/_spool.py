@@ -129,15 +129,21 @@ class SpoolFile:
         return cls(path, f)
 
     def append(self, batches: list[Batch]) -> None:
-        """Append batches and make them durable (fsync)."""
+        """Append batches (to the page cache: they outlive this process from here on; call
+        :meth:`sync` for a machine that may lose power)."""
         out = bytearray()
         for b in batches:
             payload = zlib.compress(b.to_json(), 1)
             out += _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
         self._f.seek(0, os.SEEK_END)
         self._f.write(bytes(out))
-        os.fsync(self._f.fileno())
         self.size = self._f.tell()
+
+    def sync(self) -> None:
+        """fsync: what was appended survives a power loss. May take long on a busy disk, so
+        callers do it holding no lock; safe while another thread closes the file."""
+        with contextlib.suppress(OSError, ValueError):
+            os.fsync(self._f.fileno())
 
     def unread(self) -> bool:
         """Whether frames remain after the replay position."""

@@ -92,6 +92,8 @@ class Writer:
         self._queue: deque[tuple[float, Batch]] = deque()
         self._queued_items = 0
         self._spool: SpoolFile | None = None
+        self._unsynced: SpoolFile | None = None
+        """A spool file appended to and not yet fsynced (done outside the lock)."""
         self._store: Store | None = None
         self._busy = False
         self._busy_since: float | None = None
@@ -142,6 +144,7 @@ class Writer:
                     # memory stays bounded all the same
                     self._spill_queue()
                 self._cond.notify_all()
+            self._sync_spool()
         except Exception as exc:  # never into the producer
             self._log(
                 f"put:{self.name}", "tunescope: %s could not queue a batch (%s)", self.name, exc
@@ -215,6 +218,7 @@ class Writer:
         backoff = 0.0
         try:
             while True:
+                self._sync_spool()
                 with self._cond:
                     if self._abandoned:
                         return
@@ -297,6 +301,7 @@ class Writer:
                         self._spill_queue()
                     self._release_spool()
                 self._cond.notify_all()
+            self._sync_spool()
             store, self._store = self._store, None
             if store is not None:
                 with contextlib.suppress(Exception):
@@ -400,6 +405,7 @@ class Writer:
                 self.dropped += old.size()
             return False
         self.spooled += len(batches)
+        self._unsynced = self._spool
         self._log(
             f"spilled:{self.name}",
             "tunescope: %s moved %d batch(es) to the spool %s; they are written when %s is back",
@@ -410,6 +416,13 @@ class Writer:
             level=logging.INFO,
         )
         return True
+
+    def _sync_spool(self) -> None:
+        """fsync what was spilled, holding no lock (a busy disk may take seconds)."""
+        with self._cond:
+            spool, self._unsynced = self._unsynced, None
+        if spool is not None:
+            spool.sync()
 
     def _release_spool(self) -> None:
         """Close the spool file (removing it when nothing is left). Lock held."""

@@ -18,8 +18,19 @@ METRICS_MD = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
 
 
 def _commands() -> dict[str, Any]:
-    group = typer.main.get_command(app)
-    return dict(group.commands)  # type: ignore[attr-defined]
+    """Every command by its full name ("runs", "token create"…), groups' subcommands too."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, group: Any) -> None:
+        for name, cmd in group.commands.items():
+            full = f"{prefix}{name}"
+            if hasattr(cmd, "commands"):
+                walk(f"{full} ", cmd)
+            else:
+                out[full] = cmd
+
+    walk("", typer.main.get_command(app))
+    return out
 
 
 def test_readme_starts_with_the_two_commands() -> None:

@@ -60,6 +60,8 @@ PUBLIC = {
         "display",
         "redact",
         "absolute_url",
+        "os_user",
+        "project_of",
         "check_url",
     },
     "tunescope.metrics": {"CATALOG", "GIB", "Metric", "headline", "metric"},

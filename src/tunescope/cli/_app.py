@@ -20,6 +20,7 @@ from tunescope.cli._input import Command, StoreOpt, as_run
 from tunescope.cli._report import report
 from tunescope.cli._sync import spool_note
 from tunescope.cli._sync import sync as sync_spool
+from tunescope.cli._tokens import tokens
 from tunescope.errors import ConfigError, NotFound
 from tunescope.metrics import CATALOG, metric
 from tunescope.store import Store, TrialInfo, absolute_url, check_url, open_store
@@ -305,6 +306,7 @@ def export(
 
 
 app.command(cls=Command)(report)
+app.add_typer(tokens)
 
 
 @app.command(cls=Command)

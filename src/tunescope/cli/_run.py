@@ -44,7 +44,16 @@ from tunescope.record import (
     start_sampler,
     trial_env,
 )
-from tunescope.store import Batch, TrialSpec, absolute_url, new_key, open_store, redact
+from tunescope.store import (
+    Batch,
+    TrialSpec,
+    absolute_url,
+    new_key,
+    open_store,
+    os_user,
+    project_of,
+    redact,
+)
 
 __all__ = ["parse_params", "run_command"]
 
@@ -116,7 +125,7 @@ def _create_trial(url: str, spec: TrialSpec) -> tuple[int, str]:
     with open_store(url) as st:
         if spec.name is not None:
             with contextlib.suppress(NotFound):
-                taken = st.find_trial(st.get_run(spec.run).id, spec.name)
+                taken = st.find_trial(st.get_run(spec.run, project=spec.project).id, spec.name)
                 raise Conflict(f"run {spec.run!r} already has a trial named {taken.name!r}")
         tid = st.write(Batch(spec.key, spec=spec))
         return tid, st.get_trial(tid).name
@@ -155,6 +164,8 @@ def run_command(
         host=socket.gethostname(),
         start=time.time(),
         interval=interval,
+        project=project_of(url),
+        os_user=os_user(),
     )
     probe = Background(lambda: _create_trial(url, spec), "tunescope-run-probe")
     probe.wait(ENTER_WAIT_S)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from tunescope.record import _state
 from tunescope.record._env import ENV_INTERVAL, ENV_STORE, attach_key
 from tunescope.record._safety import LOG, once
 from tunescope.record._trial import Trial, rec_trial
-from tunescope.store import display, open_store, redact, resolve_url
+from tunescope.store import display, open_store, os_user, project_of, redact, resolve_url
 
 __all__ = ["ENTER_WAIT_S", "Run", "current_trial", "run"]
 
@@ -87,6 +88,9 @@ class Run:
         """False when nothing is recorded (the default store cannot be used)."""
         self._attach = attach
         self._probe = probe
+        self.project = project_of(url)
+        """The project the run records into (an HTTP store's, else $TUNESCOPE_PROJECT or
+        default)."""
 
     @property
     def store_url(self) -> str:
@@ -165,7 +169,9 @@ def run(
 
     def ensure() -> int:
         with open_store(url) as st:
-            return st.ensure_run(run_name).id
+            return st.ensure_run(
+                run_name, os_user=os_user(), host=socket.gethostname(), project=project_of(url)
+            ).id
 
     probe = Background(ensure, "tunescope-run-probe")
     probe.wait(ENTER_WAIT_S)

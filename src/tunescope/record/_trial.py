@@ -44,7 +44,7 @@ from tunescope.record._flush import Flusher, flush_period
 from tunescope.record._launch import Supervised
 from tunescope.record._safety import LOG, Once, guarded, once
 from tunescope.record._watch import Watched
-from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, new_key
+from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, new_key, os_user
 
 if TYPE_CHECKING:
     from tunescope.record._run import Run
@@ -267,6 +267,8 @@ class Trial:
                 pids=(os.getpid(),),
                 start=time.time(),
                 interval=run.interval,
+                project=run.project,
+                os_user=os_user(),
             )
         else:
             assert self._attach is not None

@@ -38,6 +38,8 @@ from tunescope.store._url import (
     absolute_url,
     check_url,
     display,
+    os_user,
+    project_of,
     redact,
     resolve_url,
 )
@@ -74,7 +76,9 @@ __all__ = [
     "keeps",
     "new_key",
     "open_store",
+    "os_user",
     "pending",
+    "project_of",
     "redact",
     "replay",
     "resolve_url",

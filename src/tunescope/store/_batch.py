@@ -54,10 +54,10 @@ def new_key() -> str:
 
 @dataclass(frozen=True)
 class TrialSpec:
-    """How to create a trial the store has not seen yet: its run (by name, created if new),
-    its name (None: ``trial-<k>``; a name the run already has under another key becomes
-    ``name-2``, ``name-3``…), params (JSON values), host, pids, start time and sampling
-    interval."""
+    """How to create a trial the store has not seen yet: its run (by name in ``project``,
+    created if new, with ``os_user`` and ``host``), its name (None: ``trial-<k>``; a name
+    the run already has under another key becomes ``name-2``, ``name-3``…), params (JSON
+    values), host, pids, start time and sampling interval."""
 
     key: str
     run: str
@@ -67,6 +67,9 @@ class TrialSpec:
     pids: tuple[int, ...] = ()
     start: float = 0.0
     interval: float = 1.0
+    project: str = "default"
+    os_user: str = ""
+    """The OS user that started the trial (recorded on its run if the run is new)."""
 
     def doc(self) -> dict[str, Any]:
         """The spec as a JSON object."""
@@ -79,6 +82,8 @@ class TrialSpec:
             "pids": list(self.pids),
             "start": self.start,
             "interval": self.interval,
+            "project": self.project,
+            "os_user": self.os_user,
         }
 
     def to_json(self) -> str:
@@ -97,6 +102,8 @@ class TrialSpec:
             pids=_pids(s.get("pids", []), f"{where}pids"),
             start=_num(s.get("start"), f"{where}start"),
             interval=_positive(s.get("interval", 1.0), f"{where}interval"),
+            project=_text(s.get("project", "default"), f"{where}project", empty=False),
+            os_user=_text(s.get("os_user", ""), f"{where}os_user"),
         )
 
     @classmethod

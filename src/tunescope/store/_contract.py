@@ -41,7 +41,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,6 +61,8 @@ from tunescope.store._model import (
 )
 
 __all__ = ["CHUNK_SAMPLES", "LOST_AFTER_S", "Store"]
+
+_S = TypeVar("_S", bound="Store")
 
 _Summary = tuple[int, float, float, int, float, float, float]
 """A chunk's summary row: (chunk_id, t_first, t_last, n, min, max, sum)."""
@@ -86,24 +88,46 @@ class Store(abc.ABC):
         """Pack the samples this store wrote that are still pending, and release the
         connection. A store that only read writes nothing. Safe to call twice."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self: _S) -> _S:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ runs and trials
-    @abc.abstractmethod
-    def ensure_run(self, name: str, start: float | None = None) -> RunInfo:
-        """The run called ``name``, created (starting at ``start`` or now) if it is new."""
+    project: str = "default"
+    """The project that run names, run lists and new runs refer to unless a call names
+    another (``open_store(url, project=…)``; for an HTTP store, the project of its URL)."""
 
     @abc.abstractmethod
-    def get_run(self, run: int | str) -> RunInfo:
-        """A run by id or name; NotFound otherwise."""
+    def ensure_run(
+        self,
+        name: str,
+        start: float | None = None,
+        *,
+        project: str | None = None,
+        os_user: str | None = None,
+        host: str | None = None,
+    ) -> RunInfo:
+        """The run called ``name`` in ``project`` (the store's by default), created if new:
+        starting at ``start`` or now, made by ``os_user`` on ``host`` (the project too)."""
 
     @abc.abstractmethod
-    def list_runs(self) -> list[RunInfo]:
-        """Every run, newest first."""
+    def get_run(self, run: int | str, *, project: str | None = None) -> RunInfo:
+        """A run by id (of any project) or by name (in ``project``, the store's by default);
+        NotFound otherwise."""
+
+    @abc.abstractmethod
+    def list_runs(self, *, project: str | None = None) -> list[RunInfo]:
+        """Every run of ``project`` (the store's by default), newest first."""
+
+    @abc.abstractmethod
+    def list_projects(self) -> list[str]:
+        """The names of every project, sorted."""
+
+    @abc.abstractmethod
+    def owner(self, *, trial: int | None = None, series: int | None = None) -> str:
+        """The project of a trial or a series (one of the two); NotFound for an unknown id."""
 
     @abc.abstractmethod
     def create_trial(

@@ -28,6 +28,11 @@ class RunInfo:
     end: float | None
     state: str
     trials: int
+    project: str = "default"
+    """The project the run belongs to (run names are unique within a project)."""
+    os_user: str | None = None
+    host: str | None = None
+    """The OS user and host that made the run, when known."""
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,15 @@ def open_store(
     readonly: bool = False,
     create: bool = True,
     timeout: float | None = None,
+    project: str | None = None,
 ) -> Store:
     """Open the store named by ``url`` (see :func:`resolve_url`).
 
     ``create=False`` (read commands) refuses to create a store where none is: a missing
     SQLite file or an empty PostgreSQL schema raise NotFound. ``readonly`` opens a SQLite file
     read-only (and never creates one). ``timeout``: seconds a call may wait for a lock (SQLite)
-    or the server (PostgreSQL) before it raises StoreUnavailable.
+    or the server (PostgreSQL) before it raises StoreUnavailable. ``project``: what run names
+    refer to (else ``$TUNESCOPE_PROJECT``, else ``default``).
 
     Raises ConfigError for a URL of an unknown kind or bad form (:func:`check_url`),
     StoreUnavailable when the database cannot be reached now, SchemaError when it is corrupt,
@@ -31,10 +33,11 @@ def open_store(
     """
     target = check_url(url)
     scheme, rest = parse(target)
+    project = project or os.environ.get("TUNESCOPE_PROJECT") or "default"
     if scheme == "sqlite":
         from tunescope.store._sqlite import SQLiteStore
 
-        return SQLiteStore(rest, readonly=readonly, create=create, timeout=timeout)
+        return SQLiteStore(rest, readonly=readonly, create=create, timeout=timeout, project=project)
     try:
         from tunescope.store._postgres import PostgresStore
     except ImportError as exc:
@@ -42,4 +45,4 @@ def open_store(
             f"store URL {redact(target)!r} needs the PostgreSQL driver: "
             f"pip install 'tunescope[postgres]' ({exc})"
         ) from None
-    return PostgresStore(target, create=create and not readonly, timeout=timeout)
+    return PostgresStore(target, create=create and not readonly, timeout=timeout, project=project)

@@ -94,14 +94,20 @@ class PooledStore(Store):
                 st.close()
 
     # ------------------------------------------------------------------ the contract
-    def ensure_run(self, name: str, start: float | None = None) -> RunInfo:
-        return self._call("ensure_run", name, start)  # type: ignore[no-any-return]
+    def ensure_run(self, name: str, start: float | None = None, **kw: Any) -> RunInfo:
+        return self._call("ensure_run", name, start, **kw)  # type: ignore[no-any-return]
 
-    def get_run(self, run: int | str) -> RunInfo:
-        return self._call("get_run", run)  # type: ignore[no-any-return]
+    def get_run(self, run: int | str, *, project: str | None = None) -> RunInfo:
+        return self._call("get_run", run, project=project)  # type: ignore[no-any-return]
 
-    def list_runs(self) -> list[RunInfo]:
-        return self._call("list_runs")  # type: ignore[no-any-return]
+    def list_runs(self, *, project: str | None = None) -> list[RunInfo]:
+        return self._call("list_runs", project=project)  # type: ignore[no-any-return]
+
+    def list_projects(self) -> list[str]:
+        return self._call("list_projects")  # type: ignore[no-any-return]
+
+    def owner(self, *, trial: int | None = None, series: int | None = None) -> str:
+        return self._call("owner", trial=trial, series=series)  # type: ignore[no-any-return]
 
     def create_trial(self, run_id: int, *args: Any, **kwargs: Any) -> TrialInfo:
         return self._call("create_trial", run_id, *args, **kwargs)  # type: ignore[no-any-return]
@@ -195,6 +201,19 @@ class PooledStore(Store):
                 old = merged.get(info.id)
                 merged[info.id] = (info, max(n, old[1] if old else 0))
         return [merged[k] for k in sorted(merged)]
+
+    # token management and checks (SQL stores; the team server's)
+    def check_token(self, secret: str) -> Any:
+        return self._call("check_token", secret)
+
+    def create_token(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("create_token", *args, **kwargs)
+
+    def list_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("list_tokens", *args, **kwargs)
+
+    def revoke_token(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("revoke_token", *args, **kwargs)
 
     # derived queries: one member for the whole query
     def read_samples(

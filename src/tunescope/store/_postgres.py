@@ -60,7 +60,14 @@ _MIGRATION_LOCK = 0x7475_6E65  # 'tune'
 class PostgresStore(SQLStore):
     dialect = POSTGRES
 
-    def __init__(self, url: str, *, create: bool = True, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        timeout: float | None = None,
+        project: str = "default",
+    ) -> None:
         self._dsn = url
         self._secret = secret_of(url)
         self.timeout = TIMEOUT_S if timeout is None else float(timeout)
@@ -68,7 +75,7 @@ class PostgresStore(SQLStore):
             psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.Error as exc:
             raise ConfigError(f"bad PostgreSQL URL {redact(url)!r}: {self._clean(exc)}") from None
-        super().__init__(redact(url), create=create)
+        super().__init__(redact(url), create=create, project=project)
 
     def _clean(self, exc: BaseException) -> str:
         """The driver's message on one line, without the password."""

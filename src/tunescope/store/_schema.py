@@ -2,13 +2,30 @@
 
 ``{id}``, ``{blob}`` and ``{real}`` are filled in by the dialect. Version N of the schema is
 the result of applying MIGRATIONS[0:N] in order; a database records its version in ``meta``.
+A migration is one tuple of statements for every dialect, or a dict of them by dialect name
+where the databases differ (SQLite cannot drop a constraint: it rebuilds the table, with
+foreign keys off while it does, see :data:`REBUILDS`).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+from collections.abc import Mapping
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+SCHEMA_VERSION = 4
+
+Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
+
+REBUILDS = frozenset({4})
+"""Versions whose SQLite migration rebuilds a table that others reference."""
+
+
+def statements(version: int, dialect: str) -> tuple[str, ...]:
+    """The statements of migration ``version`` (1-based) for ``dialect``."""
+    m = MIGRATIONS[version - 1]
+    return m if isinstance(m, tuple) else m[dialect]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
     # 1: the first schema
     (
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -66,6 +83,42 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             SELECT trial_id, kind, MAX(duration) FROM events WHERE duration IS NOT NULL
             GROUP BY trial_id, kind""",
     ),
+    # 4: projects (every run belongs to one; run names are unique within it; 'default' for
+    #    what came before), the OS user and host that made a run, and access tokens (stored
+    #    as SHA-256 digests, each for one project, read or write)
+    {
+        "sqlite": (
+            _PROJECTS := """CREATE TABLE projects (
+                id {id}, name TEXT NOT NULL UNIQUE, t_created {real} NOT NULL)""",
+            _DEFAULT := "INSERT INTO projects (name, t_created) VALUES ('default', 0)",
+            """CREATE TABLE runs_v4 (
+                id {id}, project_id INTEGER NOT NULL REFERENCES projects(id),
+                name TEXT NOT NULL, t_start {real} NOT NULL, os_user TEXT, host TEXT,
+                UNIQUE (project_id, name))""",
+            """INSERT INTO runs_v4 (id, project_id, name, t_start)
+                SELECT id, (SELECT id FROM projects WHERE name = 'default'), name, t_start
+                FROM runs""",
+            "DROP TABLE runs",
+            "ALTER TABLE runs_v4 RENAME TO runs",
+            _TOKENS := """CREATE TABLE tokens (
+                id {id}, project_id INTEGER NOT NULL REFERENCES projects(id),
+                name TEXT NOT NULL, scope TEXT NOT NULL, digest TEXT NOT NULL UNIQUE,
+                t_created {real} NOT NULL, t_expires {real}, t_revoked {real}, t_used {real},
+                UNIQUE (project_id, name))""",
+        ),
+        "postgresql": (
+            _PROJECTS,
+            _DEFAULT,
+            "ALTER TABLE runs ADD COLUMN project_id BIGINT REFERENCES projects(id)",
+            "UPDATE runs SET project_id = (SELECT id FROM projects WHERE name = 'default')",
+            "ALTER TABLE runs ALTER COLUMN project_id SET NOT NULL",
+            "ALTER TABLE runs ADD COLUMN os_user TEXT",
+            "ALTER TABLE runs ADD COLUMN host TEXT",
+            "ALTER TABLE runs DROP CONSTRAINT runs_name_key",
+            "ALTER TABLE runs ADD CONSTRAINT runs_project_name UNIQUE (project_id, name)",
+            _TOKENS,
+        ),
+    },
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

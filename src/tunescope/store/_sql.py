@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import functools
 import itertools
 import json
 import math
@@ -34,9 +33,13 @@ from tunescope.errors import Conflict, NotFound, SchemaError, StoreError, StoreU
 from tunescope.store._batch import Batch, EventRow, ScalarRow, TrialSpec, new_key
 from tunescope.store._codec import F64, MAX_DELTA_MS, decode, encode, encode_blocks, to_stored
 from tunescope.store._contract import CHUNK_SAMPLES, Store
+from tunescope.store._heal import Lost, retrying
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
-from tunescope.store._schema import MIGRATIONS, SCHEMA_VERSION
+from tunescope.store._schema import REBUILDS, SCHEMA_VERSION, statements
+from tunescope.store._tokens import TokensMixin
 
+_RUNS = "runs r JOIN projects p ON r.project_id = p.id"
+_RUN_COLS = "r.id, r.name, r.t_start, p.name, r.os_user, r.host"
 _TRIAL_COLS = (
     "id, run_id, name, params, state, host, pids, t_start, t_end, heartbeat, error, interval_s, "
     "trial_key"
@@ -66,40 +69,18 @@ class Dialect:
         return stmt.format(id=self.id_type, blob=self.blob_type, real=self.real_type)
 
 
-class _Lost(StoreUnavailable):
-    """The connection was lost. ``before_commit``: nothing of the transaction was kept, so
-    the call may be repeated on a new connection."""
-
-    def __init__(self, message: str, before_commit: bool) -> None:
-        super().__init__(message)
-        self.before_commit = before_commit
-
-
-def _retrying(fn: F) -> F:
-    """Repeat a store call once on a new connection when its connection was lost before the
-    transaction committed (see the module doc)."""
-
-    @functools.wraps(fn)
-    def inner(self: SQLStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(self, *args, **kwargs)
-        except _Lost as exc:
-            if not exc.before_commit:
-                raise
-        return fn(self, *args, **kwargs)
-
-    return cast(F, inner)
-
-
-class SQLStore(Store, abc.ABC):
+class SQLStore(TokensMixin, Store, abc.ABC):
     """A store over a DB-API connection. Subclasses open connections (:meth:`_connect`),
     translate driver errors (:meth:`_translate`), recognise a lost connection
     (:meth:`_is_lost`), begin transactions and list tables."""
 
     dialect: Dialect
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(self, url: str, *, create: bool = True, project: str = "default") -> None:
         self.url = url
+        self.project = project
+        """The project that run names, run lists and new runs refer to unless a call names
+        another."""
         self._lock = threading.RLock()
         self._conn: Any = None
         self._closed = False
@@ -166,7 +147,7 @@ class SQLStore(Store, abc.ABC):
     @contextlib.contextmanager
     def _tx(self, write: bool = False) -> Iterator[Any]:
         """One transaction; driver errors become StoreErrors and roll everything back. A lost
-        connection raises :class:`_Lost` (retried once by :func:`_retrying`)."""
+        connection raises :class:`Lost` (retried once by :func:`retrying`)."""
         with self._lock:
             if self._closed:
                 raise StoreError(f"store {self.url} is closed")
@@ -183,7 +164,7 @@ class SQLStore(Store, abc.ABC):
                         with contextlib.suppress(Exception):
                             cur.close()
             except Exception as exc:
-                if isinstance(exc, _Lost):
+                if isinstance(exc, Lost):
                     raise
                 lost = self._is_lost(exc, conn)
                 if not lost:
@@ -191,7 +172,7 @@ class SQLStore(Store, abc.ABC):
                         conn.rollback()
                 if lost:
                     self._drop_connection()
-                    raise _Lost(
+                    raise Lost(
                         f"lost the connection to {self.url}: {_first_line(exc)}",
                         before_commit=not committing,
                     ) from None
@@ -222,12 +203,15 @@ class SQLStore(Store, abc.ABC):
         version = self._version(create)
         if version == SCHEMA_VERSION:
             return
-        with self._lock, self._tx(write=True) as cur:
+        rebuild = any(v in REBUILDS for v in range(version + 1, SCHEMA_VERSION + 1))
+        with self._lock, self._foreign_keys_off(rebuild), self._tx(write=True) as cur:
             self._migration_lock(cur)
             version = self._version_in(cur, create)
             for v in range(version, SCHEMA_VERSION):
-                for stmt in MIGRATIONS[v]:
+                for stmt in statements(v + 1, self.dialect.name):
                     cur.execute(self.dialect.ddl(stmt))
+            if rebuild:
+                self._check_foreign_keys(cur)
             if version == 0:
                 self._q(
                     cur,
@@ -241,7 +225,7 @@ class SQLStore(Store, abc.ABC):
                     (str(SCHEMA_VERSION),),
                 )
 
-    @_retrying
+    @retrying
     def _version(self, create: bool) -> int:
         with self._tx() as cur:
             return self._version_in(cur, create)
@@ -266,19 +250,44 @@ class SQLStore(Store, abc.ABC):
             )
         return version
 
+    def _foreign_keys_off(self, off: bool) -> contextlib.AbstractContextManager[None]:
+        """Foreign keys off around a migration that rebuilds a referenced table (SQLite;
+        PostgreSQL changes constraints in place)."""
+        return contextlib.nullcontext()
+
+    def _check_foreign_keys(self, cur: Any) -> None:
+        """After a rebuild: every reference still points at a row (SchemaError otherwise)."""
+
     def _migration_lock(self, cur: Any) -> None:
         """Exclude other processes creating or migrating the schema (a write transaction
         does that in SQLite; PostgreSQL takes an advisory lock)."""
 
-    @_retrying
+    @retrying
     def schema_version(self) -> int:
         with self._tx() as cur:
             row = self._q(cur, "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         return int(row[0])
 
-    # ------------------------------------------------------------------ runs
+    # ------------------------------------------------------------------ projects and runs
+    def _project_id(self, cur: Any, project: str | None, create: bool) -> int:
+        name = self.project if project is None else project
+        if not name or not name.strip():
+            raise StoreError("a project needs a non-empty name")
+        row = self._q(cur, "SELECT id FROM projects WHERE name = ?", (name,)).fetchone()
+        if row is None and create:
+            self._q(
+                cur,
+                "INSERT INTO projects (name, t_created) VALUES (?, ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                (name, time.time()),
+            )
+            row = self._q(cur, "SELECT id FROM projects WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise NotFound(f"no project {name!r} in {self.url}")
+        return int(row[0])
+
     def _run_from(self, cur: Any, row: Sequence[Any]) -> RunInfo:
-        run_id, name, start = row
+        run_id, name, start, project, os_user, host = row
         trials = self._q(
             cur, f"SELECT {_TRIAL_COLS} FROM trials WHERE run_id = ?", (run_id,)
         ).fetchall()
@@ -294,50 +303,109 @@ class SQLStore(Store, abc.ABC):
             state = "completed"
         ends = [t.end for t in infos]
         end = None if (not infos or None in ends) else max(e for e in ends if e is not None)
-        return RunInfo(int(run_id), str(name), float(start), end, state, len(infos))
+        return RunInfo(
+            int(run_id), str(name), float(start), end, state, len(infos), str(project),
+            os_user, host,
+        )  # fmt: skip
 
-    def _run_row(self, cur: Any, name: str, start: float | None) -> Sequence[Any]:
+    def _run_row(
+        self,
+        cur: Any,
+        name: str,
+        start: float | None,
+        project: str | None = None,
+        os_user: str | None = None,
+        host: str | None = None,
+    ) -> Sequence[Any]:
         if not name or not name.strip():
             raise StoreError("a run needs a non-empty name")
-        row = self._q(cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (name,)).fetchone()
+        pid = self._project_id(cur, project, create=True)
+        where = f"SELECT {_RUN_COLS} FROM {_RUNS} WHERE r.project_id = ? AND r.name = ?"
+        row = self._q(cur, where, (pid, name)).fetchone()
         if row is None:
             self._q(
                 cur,
-                "INSERT INTO runs (name, t_start) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-                (name, time.time() if start is None else start),
+                "INSERT INTO runs (project_id, name, t_start, os_user, host) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, name) DO NOTHING",
+                (pid, name, time.time() if start is None else start, os_user, host),
             )
-            row = self._q(
-                cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (name,)
-            ).fetchone()
+            row = self._q(cur, where, (pid, name)).fetchone()
         return cast(Sequence[Any], row)
 
-    @_retrying
-    def ensure_run(self, name: str, start: float | None = None) -> RunInfo:
+    @retrying
+    def ensure_run(
+        self,
+        name: str,
+        start: float | None = None,
+        *,
+        project: str | None = None,
+        os_user: str | None = None,
+        host: str | None = None,
+    ) -> RunInfo:
         with self._tx(write=True) as cur:
-            return self._run_from(cur, self._run_row(cur, name, start))
+            return self._run_from(cur, self._run_row(cur, name, start, project, os_user, host))
 
-    @_retrying
-    def get_run(self, run: int | str) -> RunInfo:
+    @retrying
+    def get_run(self, run: int | str, *, project: str | None = None) -> RunInfo:
         with self._tx() as cur:
             if isinstance(run, int):
                 row = self._q(
-                    cur, "SELECT id, name, t_start FROM runs WHERE id = ?", (_sql_int(run),)
+                    cur, f"SELECT {_RUN_COLS} FROM {_RUNS} WHERE r.id = ?", (_sql_int(run),)
                 ).fetchone()
             else:
+                name = self.project if project is None else project
                 row = self._q(
-                    cur, "SELECT id, name, t_start FROM runs WHERE name = ?", (run,)
+                    cur,
+                    f"SELECT {_RUN_COLS} FROM {_RUNS} WHERE p.name = ? AND r.name = ?",
+                    (name, run),
                 ).fetchone()
             if row is None:
                 raise NotFound(f"no run {run!r} in {self.url}")
             return self._run_from(cur, row)
 
-    @_retrying
-    def list_runs(self) -> list[RunInfo]:
+    @retrying
+    def list_runs(self, *, project: str | None = None) -> list[RunInfo]:
+        name = self.project if project is None else project
         with self._tx() as cur:
             rows = self._q(
-                cur, "SELECT id, name, t_start FROM runs ORDER BY t_start DESC, id DESC"
+                cur,
+                f"SELECT {_RUN_COLS} FROM {_RUNS} WHERE p.name = ? "
+                "ORDER BY r.t_start DESC, r.id DESC",
+                (name,),
             ).fetchall()
             return [self._run_from(cur, r) for r in rows]
+
+    @retrying
+    def list_projects(self) -> list[str]:
+        with self._tx() as cur:
+            rows = self._q(cur, "SELECT name FROM projects ORDER BY name").fetchall()
+        return [str(r[0]) for r in rows]
+
+    @retrying
+    def owner(self, *, trial: int | None = None, series: int | None = None) -> str:
+        """The project a trial or a series belongs to (NotFound for an unknown id)."""
+        if (trial is None) == (series is None):
+            raise ValueError("give a trial or a series")
+        with self._tx() as cur:
+            if trial is not None:
+                row = self._q(
+                    cur,
+                    "SELECT p.name FROM trials t JOIN runs r ON t.run_id = r.id "
+                    "JOIN projects p ON r.project_id = p.id WHERE t.id = ?",
+                    (_sql_int(trial),),
+                ).fetchone()
+            else:
+                row = self._q(
+                    cur,
+                    "SELECT p.name FROM series s JOIN trials t ON s.trial_id = t.id "
+                    "JOIN runs r ON t.run_id = r.id JOIN projects p ON r.project_id = p.id "
+                    "WHERE s.id = ?",
+                    (_sql_int(series or 0),),
+                ).fetchone()
+        if row is None:
+            what = "trial" if trial is not None else "series"
+            raise NotFound(f"no {what} with id {trial if trial is not None else series}")
+        return str(row[0])
 
     # ------------------------------------------------------------------ trials
     def _trial_from(self, row: Sequence[Any]) -> TrialInfo:
@@ -422,7 +490,7 @@ class SQLStore(Store, abc.ABC):
             ).fetchone(),
         )
 
-    @_retrying
+    @retrying
     def create_trial(
         self,
         run_id: int,
@@ -450,7 +518,7 @@ class SQLStore(Store, abc.ABC):
             )
             return self._trial_from(row)
 
-    @_retrying
+    @retrying
     def get_trial(self, trial_id: int) -> TrialInfo:
         with self._tx() as cur:
             row = self._q(
@@ -460,7 +528,7 @@ class SQLStore(Store, abc.ABC):
             raise NotFound(f"no trial with id {trial_id} in {self.url}")
         return self._trial_from(row)
 
-    @_retrying
+    @retrying
     def trial_by_key(self, key: str) -> TrialInfo:
         with self._tx() as cur:
             row = self._q(
@@ -470,7 +538,7 @@ class SQLStore(Store, abc.ABC):
             raise NotFound(f"no trial with key {key!r} in {self.url}")
         return self._trial_from(row)
 
-    @_retrying
+    @retrying
     def find_trial(self, run_id: int, name: str) -> TrialInfo:
         with self._tx() as cur:
             row = self._q(
@@ -482,7 +550,7 @@ class SQLStore(Store, abc.ABC):
             raise NotFound(f"no trial {name!r} in run {run_id}")
         return self._trial_from(row)
 
-    @_retrying
+    @retrying
     def list_trials(self, run_id: int) -> list[TrialInfo]:
         with self._tx() as cur:
             rows = self._q(
@@ -492,7 +560,7 @@ class SQLStore(Store, abc.ABC):
             ).fetchall()
         return [self._trial_from(r) for r in rows]
 
-    @_retrying
+    @retrying
     def update_trial(
         self,
         trial_id: int,
@@ -540,7 +608,7 @@ class SQLStore(Store, abc.ABC):
                 raise NotFound(f"no trial with id {trial_id} in {self.url}")
         return bool(n)
 
-    @_retrying
+    @retrying
     def exit_code(self, trial_id: int) -> int | None:
         with self._tx() as cur:
             row = self._q(
@@ -551,7 +619,7 @@ class SQLStore(Store, abc.ABC):
         return None if row[0] is None else int(row[0])
 
     # ------------------------------------------------------------------ batches
-    @_retrying
+    @retrying
     def write(self, batch: Batch) -> int:
         with self._lock, self._tx(write=True) as cur:
             row = self._q(cur, "SELECT trial_id FROM batches WHERE id = ?", (batch.id,)).fetchone()
@@ -596,7 +664,9 @@ class SQLStore(Store, abc.ABC):
         else:
             if spec is None or spec.key != key:
                 raise NotFound(f"no trial with key {key!r} in {self.url}")
-            run_id = int(self._run_row(cur, spec.run, spec.start)[0])
+            run_id = int(
+                self._run_row(cur, spec.run, spec.start, spec.project, spec.os_user, spec.host)[0]
+            )
             # the run row is locked by _insert_trial: look again once we hold it
             self._q(cur, f"SELECT id FROM runs WHERE id = ?{self.dialect.for_update}", (run_id,))
             row = self._q(cur, "SELECT id FROM trials WHERE trial_key = ?", (key,)).fetchone()
@@ -683,7 +753,7 @@ class SQLStore(Store, abc.ABC):
                 self._q(cur, "UPDATE series SET note = ? WHERE id = ?", (note, row[0]))
         return int(row[0])
 
-    @_retrying
+    @retrying
     def series(
         self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
     ) -> SeriesInfo:
@@ -692,7 +762,7 @@ class SQLStore(Store, abc.ABC):
             row = self._q(cur, "SELECT note FROM series WHERE id = ?", (sid,)).fetchone()
         return SeriesInfo(sid, trial_id, metric, device or None, row[0])
 
-    @_retrying
+    @retrying
     def list_series(self, trial_id: int, metric: str | None = None) -> list[SeriesInfo]:
         stmt = "SELECT id, trial_id, metric, device, note FROM series WHERE trial_id = ?"
         args: list[Any] = [_sql_int(trial_id)]
@@ -703,7 +773,7 @@ class SQLStore(Store, abc.ABC):
             rows = self._q(cur, stmt + " ORDER BY metric, device", args).fetchall()
         return [SeriesInfo(int(r[0]), int(r[1]), r[2], r[3] or None, r[4]) for r in rows]
 
-    @_retrying
+    @retrying
     def _series_info(self, series_id: int) -> SeriesInfo:
         info = self._series_cache.get(series_id)
         if info is None:
@@ -720,7 +790,7 @@ class SQLStore(Store, abc.ABC):
         return info
 
     # ------------------------------------------------------------------ samples
-    @_retrying
+    @retrying
     def append_samples(self, rows: Iterable[tuple[int, float, float]]) -> int:
         by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
         count = 0
@@ -844,7 +914,7 @@ class SQLStore(Store, abc.ABC):
             rows,
         )
 
-    @_retrying
+    @retrying
     def compact(self, series_id: int | None = None) -> None:
         with self._tx(write=True) as cur:
             if series_id is None:
@@ -875,12 +945,12 @@ class SQLStore(Store, abc.ABC):
         arr = np.asarray(rows, dtype=np.float64)
         return arr[:, 0].copy(), arr[:, 1].copy()
 
-    @_retrying
+    @retrying
     def _pending(self, series_id: int, start: float, end: float) -> tuple[F64, F64]:
         with self._tx() as cur:
             return self._pending_in(cur, _sql_int(series_id), start, end)
 
-    @_retrying
+    @retrying
     def _chunk_summaries(
         self, series_id: int, start: float, end: float
     ) -> list[tuple[int, float, float, int, float, float, float]]:
@@ -895,7 +965,7 @@ class SQLStore(Store, abc.ABC):
         with self._tx() as cur:
             return [tuple(r) for r in self._q(cur, stmt + " ORDER BY t_first", args).fetchall()]
 
-    @_retrying
+    @retrying
     def _chunk_blobs(self, chunk_ids: Sequence[int], column: str = "data") -> dict[int, bytes]:
         if column not in ("data", "blocks"):
             raise ValueError(f"no chunk column {column!r}")
@@ -910,7 +980,7 @@ class SQLStore(Store, abc.ABC):
                     out[int(cid)] = bytes(data)
         return out
 
-    @_retrying
+    @retrying
     def series_extent(self, series_id: int) -> tuple[float, float, int] | None:
         with self._tx() as cur:
             c = self._q(
@@ -929,7 +999,7 @@ class SQLStore(Store, abc.ABC):
         lasts = [x for x in (c[1], p[1]) if x is not None]
         return float(min(firsts)), float(max(lasts)), int(c[2] or 0) + int(p[2] or 0)
 
-    @_retrying
+    @retrying
     def disk_bytes(self) -> dict[str, int]:
         """Bytes of encoded chunk data and pending rows, for benchmarks and `tunescope runs`."""
         with self._tx() as cur:
@@ -968,7 +1038,7 @@ class SQLStore(Store, abc.ABC):
             )
         return len(out)
 
-    @_retrying
+    @retrying
     def add_events(self, events: Iterable[Event]) -> int:
         by_trial: dict[int, list[EventRow]] = defaultdict(list)
         for e in events:
@@ -995,7 +1065,7 @@ class SQLStore(Store, abc.ABC):
             args.extend(kinds)
         return where, args
 
-    @_retrying
+    @retrying
     def _count_events(
         self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
     ) -> int:
@@ -1005,7 +1075,7 @@ class SQLStore(Store, abc.ABC):
                 self._q(cur, f"SELECT COUNT(*) FROM events WHERE {where}", args).fetchone()[0]
             )
 
-    @_retrying
+    @retrying
     def _fetch_events(
         self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
     ) -> list[Event]:
@@ -1031,7 +1101,7 @@ class SQLStore(Store, abc.ABC):
             for r in rows
         ]
 
-    @_retrying
+    @retrying
     def _bin_events(
         self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None, bins: int
     ) -> list[tuple[str, int, int]]:
@@ -1081,7 +1151,7 @@ class SQLStore(Store, abc.ABC):
             )
         return len(out)
 
-    @_retrying
+    @retrying
     def add_scalars(self, scalars: Iterable[Scalar]) -> int:
         by_trial: dict[int, list[ScalarRow]] = defaultdict(list)
         for s in scalars:
@@ -1091,7 +1161,7 @@ class SQLStore(Store, abc.ABC):
         with self._tx(write=True) as cur:
             return sum(self._insert_scalars(cur, tid, rows) for tid, rows in by_trial.items())
 
-    @_retrying
+    @retrying
     def scalars(self, trial_id: int, name: str | None = None) -> list[Scalar]:
         stmt = "SELECT trial_id, name, step, t, value FROM scalars WHERE trial_id = ?"
         args: list[Any] = [_sql_int(trial_id)]
@@ -1105,7 +1175,7 @@ class SQLStore(Store, abc.ABC):
             for r in rows
         ]
 
-    @_retrying
+    @retrying
     def scalar_names(self, trial_id: int) -> list[str]:
         with self._tx() as cur:
             rows = self._q(

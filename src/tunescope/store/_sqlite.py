@@ -15,6 +15,7 @@ import contextlib
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -50,6 +51,7 @@ class SQLiteStore(SQLStore):
         readonly: bool = False,
         create: bool = True,
         timeout: float | None = None,
+        project: str = "default",
     ) -> None:
         self.path = Path(os.fspath(path)).expanduser().resolve()
         self.readonly = readonly
@@ -67,7 +69,7 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"cannot open store {url}: directory {parent} does not exist")
         elif not os.access(parent, os.W_OK):
             raise StoreError(f"cannot open store {url}: directory {parent} is not writable")
-        super().__init__(url, create=create and not readonly)
+        super().__init__(url, create=create and not readonly, project=project)
         if not readonly:
             self._use_wal()
 
@@ -102,6 +104,25 @@ class SQLiteStore(SQLStore):
                     time.sleep(0.05)
                     continue
                 raise self._translate_static(exc, self.url) from None
+
+    @contextlib.contextmanager
+    def _foreign_keys_off(self, off: bool) -> Iterator[None]:
+        if not off:
+            yield
+            return
+        with self._lock:
+            conn = self._connection()
+            conn.execute("PRAGMA foreign_keys = OFF")  # outside a transaction, as it must be
+            try:
+                yield
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA foreign_keys = ON")
+
+    def _check_foreign_keys(self, cur: Any) -> None:
+        bad = cur.execute("PRAGMA foreign_key_check").fetchall()
+        if bad:
+            raise SchemaError(f"{self.url}: a migration left {len(bad)} dangling references")
 
     def _begin(self, conn: Any, write: bool) -> Any:
         cur = conn.cursor()

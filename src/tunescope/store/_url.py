@@ -21,7 +21,9 @@ __all__ = [
     "absolute_url",
     "check_url",
     "display",
+    "os_user",
     "parse",
+    "project_of",
     "redact",
     "resolve_url",
     "sqlite_url",
@@ -105,6 +107,28 @@ def absolute_url(url: str | os.PathLike[str] | None = None) -> str:
     if "://" in target or target.startswith("sqlite:"):
         return target
     return os.path.abspath(target)
+
+
+def project_of(url: str) -> str:
+    """The project a store URL records into: an HTTP store's is the first segment of its path
+    (``http://host:port/PROJECT``); for a database, ``$TUNESCOPE_PROJECT`` or ``default``."""
+    scheme, _, rest = url.partition("://")
+    if scheme in ("http", "https"):
+        path = rest.split("/", 1)[1] if "/" in rest else ""
+        name = path.split("/", 1)[0].split("?", 1)[0]
+        if name:
+            return name
+    return os.environ.get("TUNESCOPE_PROJECT") or "default"
+
+
+def os_user() -> str:
+    """The OS user running this process ('' when it has no name, as in some containers)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return ""
 
 
 def sqlite_url(path: str | os.PathLike[str]) -> str:

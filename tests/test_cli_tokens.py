@@ -1,0 +1,62 @@
+"""`tunescope token`: made once and shown once, listed without secrets, revoked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tunescope.store import open_store
+from tunescope.store._sql import SQLStore
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tunescope", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_create_list_revoke(tmp_path: Path) -> None:
+    db = str(tmp_path / "team.db")
+    open_store(db).close()
+    made = cli("token", "create", "--store", db, "--project", "vision", "--scope", "write",
+               "--name", "ci", "--expires", "30")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.strip().splitlines()[-1]
+    assert secret.startswith("ts_") and "shown this once" in made.stderr
+    with open_store(db) as st:
+        assert isinstance(st, SQLStore)
+        info = st.check_token(secret)
+        assert info is not None and (info.project, info.scope, info.name) == (
+            "vision",
+            "write",
+            "ci",
+        )
+        assert info.expires is not None
+    listed = cli("token", "list", "--store", db)
+    assert listed.returncode == 0 and "vision" in listed.stdout and "ci" in listed.stdout
+    assert secret not in listed.stdout
+    gone = cli("token", "revoke", "ci", "--project", "vision", "--store", db)
+    assert gone.returncode == 0 and "revoked" in gone.stdout
+    with open_store(db) as st:
+        assert isinstance(st, SQLStore)
+        assert st.check_token(secret) is None
+
+
+def test_bad_token_requests_are_one_line(tmp_path: Path) -> None:
+    db = str(tmp_path / "team.db")
+    open_store(db).close()
+    for args, needle in (
+        (["create", "--project", "p", "--scope", "admin"], "--scope must be read or write"),
+        (["create", "--project", "p", "--scope", "read", "--expires", "-1"], "--expires"),
+        (["revoke", "nope", "--project", "p"], "no token 'nope'"),
+        (["revoke", "999"], "no token 999"),
+    ):
+        p = cli("token", *args, "--store", db)
+        assert p.returncode == 2, (args, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], (args, p.stderr)
+    served = cli("token", "list", "--store", "http://127.0.0.1:9/p")
+    assert served.returncode == 2 and "server's database" in served.stderr
+    missing = cli("token", "list", "--store", str(tmp_path / "none.db"))
+    assert missing.returncode == 2 and not (tmp_path / "none.db").exists()

@@ -19,6 +19,7 @@ def request(
     method: str = "GET",
     host: str | None = None,
     params: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
     raise_app_exceptions: bool = True,
 ) -> httpx.Response:
     """One request through the app in-process; ``host`` replaces the Host header."""
@@ -26,8 +27,10 @@ def request(
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
-            headers = {} if host is None else {"Host": host}
-            return await c.request(method, path, headers=headers, params=params)
+            sent = dict(headers or {})
+            if host is not None:
+                sent["Host"] = host
+            return await c.request(method, path, headers=sent, params=params)
 
     try:
         asyncio.get_running_loop()

@@ -97,7 +97,7 @@ def test_a_store_that_cannot_be_reached_is_503_with_retry_after(
     def away() -> None:
         raise StoreUnavailable("the database is restarting")
 
-    monkeypatch.setattr(app.state.store, "list_runs", away)
+    monkeypatch.setattr(app.state.store, "list_projects", away)
     body = _assert_shape(call(app, "GET", "/api/runs"), 503, "store_unavailable")
     assert body["error"]["message"] == "the database is restarting"
     assert call(app, "GET", "/api/runs").headers["retry-after"] == "2"

@@ -15,11 +15,12 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunescope import __version__
+from tunescope.server._auth import Authenticator, Mode
 from tunescope.server._errors import install_error_handlers
 from tunescope.server._routes import api_router
 from tunescope.server._security import allowed_names, page_host, secure
@@ -61,7 +62,11 @@ def release_store(store: Store) -> None:
 
 
 def create_app(
-    store_url: str, *, static_dir: Path | None = None, allowed_hosts: Iterable[str] = ()
+    store_url: str,
+    *,
+    static_dir: Path | None = None,
+    allowed_hosts: Iterable[str] = (),
+    auth: Mode = "local",
 ) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
@@ -72,6 +77,8 @@ def create_app(
     surface here, as ConfigError / StoreError; a store that does not exist is NotFound: the
     page never creates one) and released when the app shuts down. Requests share a pool of
     :data:`POOL_SIZE` connections, each of which heals by itself when the database comes back.
+    ``auth``: ``local`` (every request may read every project: the loopback viewer) or
+    ``tokens`` (the team server: every API request needs a token; see ``_auth.py``).
     """
     store = PooledStore(lambda: open_store(store_url, create=False), size=POOL_SIZE)
 
@@ -96,7 +103,9 @@ def create_app(
     app.state.store = store
     install_error_handlers(app)
     app.add_middleware(NoStoreMiddleware)
-    app.include_router(api_router(store), prefix="/api")
+    authenticator = Authenticator(store, auth)
+    app.state.auth = authenticator
+    app.include_router(api_router(store), prefix="/api", dependencies=[Depends(authenticator)])
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
     secure(app, allowed_hosts)
     return app

@@ -10,7 +10,8 @@ parameters), ``method_not_allowed`` (405), ``bad_host`` (400: a Host the server 
 answer, see ``_security.py``), ``store_unavailable`` (503: the store cannot be reached now, a
 lost connection or a lock; the same request may succeed later, as ``Retry-After`` says),
 ``store_error`` (500: the store failed), ``internal`` (500: a bug), ``http_error`` (any other
-status).
+status); on a team server ``unauthorized`` (401), ``forbidden`` (403) and
+``too_many_attempts`` (429), see ``_auth.py``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ _CODES = {404: "not_found", 405: "method_not_allowed", 422: "invalid", 500: "int
 class ApiError(Exception):
     """An error a route reports on purpose, with its HTTP status, code and message."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
 
 
 def not_found(message: str) -> ApiError:
@@ -72,7 +76,7 @@ def _validation_message(errors: Any) -> str:
 
 async def _on_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message)
+    return error_response(exc.status, exc.code, exc.message, exc.headers)
 
 
 async def _on_validation(request: Request, exc: Exception) -> Response:

@@ -11,10 +11,11 @@ import time
 from collections import defaultdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from tunescope.metrics import CATALOG
+from tunescope.server._auth import principal_of
 from tunescope.server._errors import invalid, not_found
 from tunescope.server._queries import (
     FindingsCache,
@@ -104,11 +105,15 @@ def api_router(store: Store) -> APIRouter:
         return _json(metrics_body)
 
     @router.get("/runs", response_model=list[RunOut], summary="Every run, newest first")
-    def runs() -> Response:
+    def runs(request: Request) -> Response:
         out = []
         # findings no request has computed yet: newest runs first, within a time budget
         deadline = findings.list_deadline()
-        for r in store.list_runs():
+        who = principal_of(request)
+        projects = [who.project] if who.project is not None else store.list_projects()
+        listed = [r for p in projects for r in store.list_runs(project=p)]
+        listed.sort(key=lambda r: (r.start, r.id), reverse=True)
+        for r in listed:
             trials = store.list_trials(r.id)
             duration, peak = summaries.summary(r, trials)
             counts = finding_counts(findings.run(trials, deadline))

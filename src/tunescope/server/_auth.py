@@ -1,0 +1,148 @@
+"""Who asks: the principal of a request.
+
+Two modes. ``local`` (`tunescope ui`, a viewer on loopback): every request may read every
+project. ``tokens`` (`tunescope serve`, a team server): every API request carries a token, in
+an ``Authorization: Bearer`` header (clients, the SDK) or the page's session cookie (see
+``_session.py``); the token's project is all the request may see, and only a ``write`` token
+may record into it.
+
+Failures answer in the one error shape: 401 ``unauthorized`` (no token, an unknown, revoked or
+expired one; with ``WWW-Authenticate: Bearer``), 403 ``forbidden`` (a read token that writes),
+429 ``too_many_attempts`` (after :data:`MAX_FAILURES` failed attempts from one client within
+:data:`FAILURE_WINDOW_S`, for the rest of that window; with ``Retry-After``). Tokens are
+compared in constant time by the store (``store/_tokens.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import Request
+
+from tunescope.server._errors import ApiError
+
+__all__ = [
+    "FAILURE_WINDOW_S",
+    "LOCAL",
+    "MAX_FAILURES",
+    "Authenticator",
+    "Mode",
+    "Principal",
+    "principal_of",
+    "require_write",
+]
+
+Mode = Literal["local", "tokens"]
+
+MAX_FAILURES = 10
+FAILURE_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True)
+class Principal:
+    """What a request may do: ``project`` (None: every project, the local viewer), ``scope``
+    (``read`` or ``write``) and the token that says so (None when local)."""
+
+    project: str | None
+    scope: str
+    token: int | None = None
+
+    def sees(self, project: str) -> bool:
+        return self.project is None or self.project == project
+
+
+LOCAL = Principal(None, "write", None)
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+
+
+def require_write(p: Principal) -> None:
+    """403 unless the principal may record."""
+    if p.scope != "write":
+        raise ApiError(403, "forbidden", "this token may read only: recording needs a write token")
+
+
+class _Failures:
+    """Failed attempts per client within a sliding window. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, deque[float]] = {}
+
+    def blocked_for(self, client: str, now: float) -> float:
+        with self._lock:
+            q = self._seen.get(client)
+            if not q:
+                return 0.0
+            while q and now - q[0] > FAILURE_WINDOW_S:
+                q.popleft()
+            if len(q) >= MAX_FAILURES:
+                return FAILURE_WINDOW_S - (now - q[0])
+            return 0.0
+
+    def note(self, client: str, now: float) -> None:
+        with self._lock:
+            self._seen.setdefault(client, deque()).append(now)
+            if len(self._seen) > 10_000:  # bounded: forget the oldest clients
+                for k in list(self._seen)[:1000]:
+                    del self._seen[k]
+
+
+class Authenticator:
+    """The principal of each request (see the module doc); ``store`` checks tokens."""
+
+    def __init__(self, store: Any, mode: Mode) -> None:
+        self.store = store
+        self.mode = mode
+        self._failures = _Failures()
+        self.session_token: Any = None
+        """A function (request -> token or None) the page's session adds (_session.py)."""
+
+    def __call__(self, request: Request) -> Principal:
+        p = self.principal(request)
+        request.state.principal = p
+        return p
+
+    def principal(self, request: Request) -> Principal:
+        if self.mode == "local":
+            return LOCAL
+        client = request.client.host if request.client else "?"
+        now = time.monotonic()
+        wait = self._failures.blocked_for(client, now)
+        if wait > 0:
+            raise ApiError(
+                429,
+                "too_many_attempts",
+                "too many failed attempts: try again later",
+                {"Retry-After": str(max(1, round(wait)))},
+            )
+        secret = _bearer(request)
+        if secret is None and self.session_token is not None:
+            secret = self.session_token(request)
+        if secret is None:
+            raise unauthorized("this server needs a token: Authorization: Bearer <token>")
+        info = self.store.check_token(secret)
+        if info is None:
+            self._failures.note(client, now)
+            raise unauthorized("the token is unknown, revoked or expired")
+        return Principal(info.project, info.scope, info.id)
+
+
+def _bearer(request: Request) -> str | None:
+    value = request.headers.get("authorization", "")
+    kind, _, secret = value.partition(" ")
+    if kind.lower() == "bearer" and secret.strip():
+        return secret.strip()
+    return None
+
+
+def principal_of(request: Request) -> Principal:
+    """The principal the app's dependency found for this request (LOCAL when none ran)."""
+    p = getattr(request.state, "principal", None)
+    return p if isinstance(p, Principal) else LOCAL

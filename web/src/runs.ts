@@ -17,7 +17,7 @@ export class RunsPage {
   constructor(private readonly project: string | null = null) {
     this.body = h("div", { class: "card" }, message("info", "Loading runs…"));
     const what = project === null
-      ? "Every fine-tune run recorded in this store, newest first."
+      ? "Every fine-tune run you may see in this store, newest first."
       : `The runs of project “${project}”, newest first.`;
     this.el = h("div", { class: "page runs-page" },
       h("div", { class: "page-head" }, h("h1", {}, "Runs"), h("p", { class: "muted" }, what)),

@@ -22,6 +22,7 @@ __all__ = [
     "FindingCountsOut",
     "FindingOut",
     "HealthOut",
+    "LoginIn",
     "LogoutOut",
     "MetricOut",
     "ProjectOut",
@@ -65,6 +66,12 @@ class SessionOut(BaseModel):
     )
     project: str | None = Field(description="the project the token may see; null: every one")
     scope: Literal["read", "write"]
+
+
+class LoginIn(BaseModel):
+    """The page's login (read by hand: the route refuses anything but JSON)."""
+
+    token: str = Field(description="an access token, ts_…")
 
 
 class LogoutOut(BaseModel):

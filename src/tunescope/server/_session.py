@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse, Response
 
 from tunescope.server._auth import Authenticator, Principal, principal_of
 from tunescope.server._errors import ApiError, invalid, not_found
-from tunescope.server._schema import ErrorOut, LogoutOut, SessionOut
+from tunescope.server._schema import ErrorOut, LoginIn, LogoutOut, SessionOut
 from tunescope.server._security import host_name
 
 __all__ = [
@@ -154,7 +154,7 @@ def install_session(auth: Authenticator) -> APIRouter:
         403: {"model": ErrorOut, "description": "a write by cookie without its CSRF header"},
         429: {"model": ErrorOut, "description": "too many failed attempts"},
     }
-    who = [Depends(auth)]  # the route reads the principal it found with principal_of
+    authenticated = [Depends(auth)]  # such a route reads the principal with principal_of
 
     def no_login() -> ApiError:
         return not_found("this server has no login: it is a local viewer (tunescope ui)")
@@ -163,7 +163,7 @@ def install_session(auth: Authenticator) -> APIRouter:
         "/session",
         response_model=SessionOut,
         responses=errors,
-        dependencies=who,
+        dependencies=authenticated,
         summary="Who is asking",
     )
     def whoami(request: Request) -> Response:
@@ -174,6 +174,12 @@ def install_session(auth: Authenticator) -> APIRouter:
         response_model=SessionOut,
         responses=errors,
         summary="Log the page in with a token (sets the session and CSRF cookies)",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": LoginIn.model_json_schema()}},
+            }
+        },
     )
     async def login(request: Request) -> Response:
         if auth.mode == "local":
@@ -190,7 +196,7 @@ def install_session(auth: Authenticator) -> APIRouter:
         "/session",
         response_model=LogoutOut,
         responses=errors,
-        dependencies=who,
+        dependencies=authenticated,
         summary="Log out (clears the session cookies; needs the CSRF header)",
     )
     def logout(request: Request) -> Response:

@@ -20,17 +20,21 @@ def request(
     host: str | None = None,
     params: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    json: Any = None,
+    scheme: str = "http",
     raise_app_exceptions: bool = True,
 ) -> httpx.Response:
-    """One request through the app in-process; ``host`` replaces the Host header."""
+    """One request through the app in-process; ``host`` replaces the Host header, ``json``
+    is a body sent as JSON, ``scheme`` the one the app sees (``https``: as if over TLS)."""
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+        base = f"{scheme}://localhost"
+        async with httpx.AsyncClient(transport=transport, base_url=base) as c:
             sent = dict(headers or {})
             if host is not None:
                 sent["Host"] = host
-            return await c.request(method, path, headers=sent, params=params)
+            return await c.request(method, path, headers=sent, params=params, json=json)
 
     try:
         asyncio.get_running_loop()

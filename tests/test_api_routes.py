@@ -515,7 +515,7 @@ def test_scalars_by_name(app: FastAPI, data: Data) -> None:
         "value": 1.0,
     }
     none = ok(app, f"/api/trials/{data.live}/scalars")
-    assert none == {"names": [], "scalars": []}
+    assert none == {"names": [], "scalars": [], "next": None}
 
 
 def test_checkpoints(app: FastAPI, data: Data) -> None:

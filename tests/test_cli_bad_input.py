@@ -183,6 +183,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("missing-store-export", ["export", "r", "--store", "{none}", "--out", "x.csv"], "no store at"),
     ("missing-store-report", ["report", "r", "--store", "{none}"], "no store at"),
     ("missing-store-ui", ["ui", "--store", "{none}", "--port", "1"], "no store at"),
+    ("missing-store-serve", ["serve", "--store", "{none}", "--port", "1"], "no store at"),
     # --out
     ("out-missing-folder", ["export", "r", "--out", "nodir/x.csv", "--store", "{db}"], "nodir"),
     ("out-directory", ["export", "r", "--out", "{dir}", "--store", "{db}"], "is a directory"),
@@ -222,6 +223,29 @@ CASES: list[tuple[str, list[str], str]] = [
     ("ui-bad-host", ["ui", "--host", "bad host", "--store", "{db}"], "'--host': 'bad host'"),
     ("ui-empty-allow-host", ["ui", "--allow-host", "", "--store", "{db}"], "'--allow-host'"),
     ("ui-bad-allow-host", ["ui", "--allow-host", "a/b", "--store", "{db}"], "'--allow-host'"),
+    # serve
+    ("serve-bad-host", ["serve", "--host", "bad host", "--store", "{db}"], "'--host': 'bad host'"),
+    ("serve-bad-port", ["serve", "--port", "0", "--store", "{db}"], "'--port': 0 is out of range"),
+    ("serve-bad-allow-host", ["serve", "--allow-host", "a/b", "--store", "{db}"], "--allow-host"),
+    ("serve-cert-no-key", ["serve", "--tls-cert", "{db}", "--store", "{db}"], "needs --tls-key"),
+    ("serve-key-no-cert", ["serve", "--tls-key", "{db}", "--store", "{db}"], "needs --tls-cert"),
+    (
+        "serve-cert-missing",
+        ["serve", "--tls-cert", "{none}", "--tls-key", "{db}", "--store", "{db}"],
+        "cannot be read: No such file",
+    ),
+    (
+        "serve-key-folder",
+        ["serve", "--tls-cert", "{db}", "--tls-key", "{dir}", "--store", "{db}"],
+        "--tls-key",
+    ),
+    (
+        "serve-not-pem",
+        ["serve", "--tls-cert", "{db}", "--tls-key", "{db}", "--store", "{db}"],
+        "not a PEM certificate and its key",
+    ),
+    ("serve-empty-cert", ["serve", "--tls-cert", "", "--store", "{db}"], "must not be empty"),
+    ("serve-corrupt-store", ["serve", "--store", "{corrupt}", "--port", "1"], "corrupt.db"),
 ]
 
 
@@ -381,7 +405,14 @@ def test_an_interrupt_is_exit_130_without_a_traceback(
 
 @pytest.mark.parametrize(
     "args",
-    [["runs"], ["trials", "r"], ["export", "r"], ["report", "r"], ["ui", "--port", "1"]],
+    [
+        ["runs"],
+        ["trials", "r"],
+        ["export", "r"],
+        ["report", "r"],
+        ["ui", "--port", "1"],
+        ["serve", "--port", "1"],
+    ],
     ids=lambda a: a[0],
 )
 def test_read_commands_create_no_store_on_any_backend(

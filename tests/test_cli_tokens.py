@@ -60,3 +60,16 @@ def test_bad_token_requests_are_one_line(tmp_path: Path) -> None:
     assert served.returncode == 2 and "server's database" in served.stderr
     missing = cli("token", "list", "--store", str(tmp_path / "none.db"))
     assert missing.returncode == 2 and not (tmp_path / "none.db").exists()
+
+
+def test_the_first_token_of_a_new_team_server_makes_its_store(store_url: str) -> None:
+    """An empty database (a new file, an empty PostgreSQL schema): `token create` makes the
+    store's tables, after which `tunescope serve` accepts it (serve itself never creates)."""
+    refused = cli("serve", "--store", store_url, "--port", "1")
+    assert refused.returncode == 2 and "store at" in refused.stderr
+    made = cli("token", "create", "--project", "vision", "--scope", "read", "--store", store_url)
+    assert made.returncode == 0, made.stderr
+    with open_store(store_url, create=False) as st:
+        assert isinstance(st, SQLStore)
+        info = st.check_token(made.stdout.strip().splitlines()[-1])
+        assert info is not None and info.project == "vision"

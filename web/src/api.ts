@@ -52,6 +52,10 @@ export interface RunFindings {
 export interface RunSummary {
   id: number;
   name: string;
+  /** the project the run belongs to; who made it and where, when recorded */
+  project: string;
+  os_user: string | null;
+  host: string | null;
   start: number;
   end: number | null;
   state: string;
@@ -148,11 +152,39 @@ export interface TrialMetric {
   devices: (string | null)[];
 }
 
+/** Who is asking: a local viewer (every project) or a team server's token (one project). */
+export interface Session {
+  mode: "local" | "tokens";
+  project: string | null;
+  scope: "read" | "write";
+}
+
+export interface Project {
+  name: string;
+}
+
 /** An error answered by the API (its one error shape), or a network failure (status 0). */
 export class ApiError extends Error {
-  constructor(readonly status: number, message: string) {
+  constructor(readonly status: number, message: string, readonly code: string = "") {
     super(message);
   }
+}
+
+// A team server answers 401 when the request has no usable token (none yet, or the session's
+// token was revoked or expired): the page then asks for one (main.ts).
+const unauthorizedListeners: (() => void)[] = [];
+
+export function onUnauthorized(listener: () => void): void {
+  unauthorizedListeners.push(listener);
+}
+
+/** The CSRF cookie's value, which every request that changes something sends back. */
+function csrfToken(): string {
+  for (const part of document.cookie.split(";")) {
+    const [k, ...v] = part.trim().split("=");
+    if (k === "tunescope_csrf") return v.join("=");
+  }
+  return "";
 }
 
 function isAbort(e: unknown): boolean {
@@ -161,29 +193,44 @@ function isAbort(e: unknown): boolean {
 
 export { isAbort };
 
-async function get<T>(path: string, params: Record<string, string | number | undefined> = {},
-                      signal?: AbortSignal): Promise<T> {
+async function call<T>(method: string, path: string, params: Record<string, string | number | undefined>,
+                      body: unknown, signal?: AbortSignal): Promise<T> {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
   const url = `/api${path}${q.toString() ? `?${q}` : ""}`;
+  const headers: Record<string, string> = { Accept: "application/json" };
+  if (method !== "GET") headers["X-CSRF-Token"] = csrfToken();
+  if (body !== undefined) headers["Content-Type"] = "application/json";
   let resp: Response;
   try {
-    resp = await fetch(url, { signal, headers: { Accept: "application/json" } });
+    resp = await fetch(url, {
+      method, signal, headers, credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
   } catch (e) {
     if (isAbort(e)) throw e;
     throw new ApiError(0, `cannot reach the tunescope server (${String(e)})`);
   }
   if (!resp.ok) {
     let message = `${resp.status} ${resp.statusText}`;
+    let code = "";
     try {
-      const body = await resp.json();
-      if (body && body.error && typeof body.error.message === "string") message = body.error.message;
+      const err = await resp.json();
+      if (err && err.error && typeof err.error.message === "string") message = err.error.message;
+      if (err && err.error && typeof err.error.code === "string") code = err.error.code;
     } catch {
       /* not JSON: keep the status line */
     }
-    throw new ApiError(resp.status, message);
+    // a failed login is the login form's to show; anything else that is 401 asks for a token
+    if (resp.status === 401 && path !== "/session") for (const l of unauthorizedListeners) l();
+    throw new ApiError(resp.status, message, code);
   }
   return (await resp.json()) as T;
+}
+
+function get<T>(path: string, params: Record<string, string | number | undefined> = {},
+                signal?: AbortSignal): Promise<T> {
+  return call<T>("GET", path, params, undefined, signal);
 }
 
 const enc = encodeURIComponent;
@@ -198,7 +245,12 @@ export const api = {
     }
     return catalog;
   },
-  runs: (signal?: AbortSignal) => get<RunSummary[]>("/runs", {}, signal),
+  runs: (project?: string, signal?: AbortSignal) => get<RunSummary[]>("/runs", { project }, signal),
+  projects: () => get<Project[]>("/projects"),
+  /** Who is asking; a team server answers 401 until the page logs in. */
+  session: () => get<Session>("/session"),
+  login: (token: string) => call<Session>("POST", "/session", {}, { token }),
+  logout: () => call<{ ok: boolean }>("DELETE", "/session", {}, undefined),
   run: (run: string | number, signal?: AbortSignal) => get<RunDetail>(`/runs/${enc(String(run))}`, {}, signal),
   runFindings: (run: string | number, signal?: AbortSignal) =>
     get<RunFindings>(`/runs/${enc(String(run))}/findings`, {}, signal),

@@ -12,7 +12,7 @@ export const TAB_LABELS: Record<Tab, string> = {
 };
 
 export type Route =
-  | { page: "runs" }
+  | { page: "runs"; project: string | null }
   | { page: "run"; run: string; tab: Tab; q: URLSearchParams }
   | { page: "missing"; path: string };
 
@@ -26,12 +26,19 @@ export function parseRoute(hash: string = location.hash): Route {
       return p;
     }
   });
-  if (parts.length === 0 || (parts.length === 1 && parts[0] === "runs")) return { page: "runs" };
+  if (parts.length === 0 || (parts.length === 1 && parts[0] === "runs")) {
+    return { page: "runs", project: new URLSearchParams(query).get("project") };
+  }
   if (parts[0] === "runs" && parts.length <= 3) {
     const tab = (parts[2] ?? "training") as Tab;
     if (TABS.includes(tab)) return { page: "run", run: parts[1], tab, q: new URLSearchParams(query) };
   }
   return { page: "missing", path };
+}
+
+/** The runs list, of one project or (null) of every project the page may see. */
+export function runsHref(project: string | null): string {
+  return project === null ? "#/" : `#/?${new URLSearchParams({ project }).toString()}`;
 }
 
 export function runHref(run: string | number, tab?: Tab, q?: URLSearchParams): string {

@@ -1,5 +1,5 @@
 // The runs list: name, start, state, trials, duration, peak GPU memory and findings by
-// severity; refreshed every 5 s.
+// severity, of every project the page may see or of one; refreshed every 5 s.
 
 import { api, type RunSummary } from "./api";
 import { h, replace } from "./dom";
@@ -14,11 +14,13 @@ export class RunsPage {
   private timer = 0;
   private dead = false;
 
-  constructor() {
+  constructor(private readonly project: string | null = null) {
     this.body = h("div", { class: "card" }, message("info", "Loading runs…"));
+    const what = project === null
+      ? "Every fine-tune run you may see in this store, newest first."
+      : `The runs of project “${project}”, newest first.`;
     this.el = h("div", { class: "page runs-page" },
-      h("div", { class: "page-head" }, h("h1", {}, "Runs"),
-        h("p", { class: "muted" }, "Every fine-tune run recorded in this store, newest first.")),
+      h("div", { class: "page-head" }, h("h1", {}, "Runs"), h("p", { class: "muted" }, what)),
       this.body);
   }
 
@@ -36,7 +38,7 @@ export class RunsPage {
   private async load(): Promise<void> {
     let runs: RunSummary[];
     try {
-      runs = await api.runs();
+      runs = await api.runs(this.project ?? undefined);
     } catch (e) {
       if (!this.dead) replace(this.body, message("error", `Could not load runs: ${(e as Error).message}`));
       return;

@@ -8,7 +8,8 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import typer
@@ -364,7 +365,14 @@ def demo(
 
 
 def _serve(
-    url: str, host: str, port: int, run_name: str | None = None, allow_hosts: Sequence[str] = ()
+    url: str,
+    host: str,
+    port: int,
+    run_name: str | None = None,
+    allow_hosts: Sequence[str] = (),
+    *,
+    auth: Literal["local", "tokens"] = "local",
+    tls: tuple[Path, Path] | None = None,
 ) -> None:
     try:
         from tunescope.server import serve as serve_app
@@ -375,8 +383,17 @@ def _serve(
         ) from None
     _can_listen(host, port)
     path = "" if run_name is None else f"#/runs/{quote(run_name, safe='')}/resources"
-    typer.echo(f"Open http://{page_host(host)}:{port}/{path}  (Ctrl-C to stop)")
-    serve_app(url, host=host, port=port, allowed_hosts=allow_hosts)
+    scheme = "http" if tls is None else "https"
+    typer.echo(f"Open {scheme}://{page_host(host)}:{port}/{path}  (Ctrl-C to stop)")
+    serve_app(
+        url,
+        host=host,
+        port=port,
+        allowed_hosts=allow_hosts,
+        auth=auth,
+        tls_cert=None if tls is None else tls[0],
+        tls_key=None if tls is None else tls[1],
+    )
 
 
 def _can_listen(host: str, port: int) -> None:
@@ -400,27 +417,28 @@ def _can_listen(host: str, port: int) -> None:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
+HostOpt = Annotated[str, typer.Option("--host", help="Interface to bind.", callback=check.host)]
+PortOpt = Annotated[int, typer.Option("--port", help="Port to listen on.", callback=check.port)]
+AllowHostOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-host",
+        metavar="NAME",
+        help="Also answer requests for this host name (repeatable); needed with --host "
+        "0.0.0.0 or ::, which name no host. '*' answers any name: only behind a reverse "
+        "proxy that checks Host itself.",
+        show_default=False,
+        callback=check.allowed_hosts,
+    ),
+]
+
+
 @app.command(cls=Command)
 def ui(
     store: StoreOpt = None,
-    host: Annotated[
-        str, typer.Option("--host", help="Interface to bind.", callback=check.host)
-    ] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", help="Port to listen on.", callback=check.port)
-    ] = 8765,
-    allow_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-host",
-            metavar="NAME",
-            help="Also answer requests for this host name (repeatable); needed with --host "
-            "0.0.0.0 or ::, which name no host. '*' answers any name: only behind a reverse "
-            "proxy that checks Host itself.",
-            show_default=False,
-            callback=check.allowed_hosts,
-        ),
-    ] = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    allow_host: AllowHostOpt = None,
 ) -> None:
     """Serve the web page and JSON API for a store (binds 127.0.0.1 unless told).
 
@@ -431,3 +449,48 @@ def ui(
     with open_store(store, create=False):
         pass  # refuse a bad store before binding a port
     _serve(resolve_url(store), host, port, allow_hosts=allow_host or [])
+
+
+@app.command(cls=Command)
+def serve(
+    store: StoreOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    allow_host: AllowHostOpt = None,
+    tls_cert: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-cert",
+            metavar="FILE",
+            help="Answer https with this PEM certificate (chain); needs --tls-key.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    tls_key: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-key",
+            metavar="FILE",
+            help="The certificate's PEM private key (not encrypted); needs --tls-cert.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+) -> None:
+    """Serve a team: the page, the JSON API and recording, every request with a token.
+
+    A token (tunescope token create) sees and records one project only. The store is the
+    team's PostgreSQL database (a SQLite file works on one host); it must exist already.
+    See docs/team.md for a systemd unit, TLS and a reverse proxy."""
+    from tunescope.cli._tokens import admin_store
+    from tunescope.store import resolve_url
+
+    tls = check.tls_files(tls_cert, tls_key)
+    with admin_store(store) as st:  # refuse a bad store (or a server's URL) before binding
+        url = st.url
+    if url.startswith("sqlite:"):
+        typer.echo(
+            "note: a SQLite file serves the processes of this host only; a team's store is "
+            "PostgreSQL (docs/team.md)",
+            err=True,
+        )
+    _serve(resolve_url(store), host, port, allow_hosts=allow_host or [], auth="tokens", tls=tls)

@@ -35,6 +35,7 @@ __all__ = [
     "not_the_store",
     "out_path",
     "port",
+    "tls_files",
 ]
 
 _BASES = {c.__name__: c for c in typer.BadParameter.__mro__}
@@ -109,6 +110,37 @@ def allowed_hosts(values: list[str] | None) -> list[str] | None:
         if v != "*" and not _host_ok(v):
             raise typer.BadParameter(f"{v!r} is not a host name, an IP address or '*'")
     return values
+
+
+def tls_files(cert: str | None, key: str | None) -> tuple[Path, Path] | None:
+    """``--tls-cert`` and ``--tls-key``: both or neither, each a readable file, together a
+    PEM certificate and its unencrypted private key. None for neither."""
+    import ssl
+
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise ConfigError(f"{given} needs {missing} too")
+    paths = (Path(cert).expanduser(), Path(key).expanduser())
+    for name, path in zip(("--tls-cert", "--tls-key"), paths, strict=True):
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{name} {path} cannot be read: {exc.strerror or exc}") from None
+
+    def no_password() -> str:
+        raise ConfigError(f"--tls-key {paths[1]} is encrypted: give an unencrypted key")
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(*paths, password=no_password)
+    except ssl.SSLError as exc:
+        raise ConfigError(
+            f"--tls-cert {paths[0]} and --tls-key {paths[1]} are not a PEM certificate and "
+            f"its key ({exc.reason or exc})"
+        ) from None
+    return paths
 
 
 def out_path(value: str | None) -> str | None:

@@ -19,7 +19,7 @@ from tunescope.errors import ConfigError
 from tunescope.store import open_store, resolve_url
 from tunescope.store._sql import SQLStore
 
-__all__ = ["tokens"]
+__all__ = ["admin_store", "tokens"]
 
 tokens = typer.Typer(
     name="token",
@@ -35,14 +35,15 @@ ProjectOpt = Annotated[
 ]
 
 
-def _admin_store(store: str | None) -> SQLStore:
-    """The database (not a server) the tokens live in."""
+def admin_store(store: str | None, create: bool = False) -> SQLStore:
+    """The database (not a server) the tokens live in: a team server's store; with
+    ``create``, its tables are made in an empty database (a new SQLite file)."""
     if resolve_url(store).partition("://")[0] in ("http", "https"):
         raise ConfigError(
-            "tokens are managed on the server's database: give its postgresql:// URL, "
-            "not the server's"
+            "tokens and team servers work on the team server's database: give its "
+            "postgresql:// URL (or a SQLite file), not the URL of a tunescope server"
         )
-    st = open_store(store, create=False)
+    st = open_store(store, create=create)
     if not isinstance(st, SQLStore):
         st.close()
         raise ConfigError(f"{st.url} keeps no tokens")
@@ -67,13 +68,15 @@ def create(
 ) -> None:
     """Make a token for one project and print it once, as the last line.
 
+    On an empty database it first makes the store's tables (a new team server starts so).
+
     Keep it secret: whoever has it reads (or, with write, records into) the project. Give it
     to clients in $TUNESCOPE_TOKEN, never on a command line."""
     if scope not in ("read", "write"):
         raise ConfigError(f"--scope must be read or write, not {scope!r}")
     if expires is not None and not (math.isfinite(expires) and 0 < expires <= 36500):
         raise ConfigError(f"--expires {expires} must be a number of days, above 0")
-    with _admin_store(store) as st:
+    with admin_store(store, create=True) as st:  # the first step of a new team server
         until = None if expires is None else time.time() + expires * 86400
         info, secret = st.create_token(project, scope, name, until)
     typer.echo(
@@ -96,7 +99,7 @@ def list_(
 ) -> None:
     """List tokens: id, project, name, scope, made, expires, last used, revoked (never the
     secrets, which are not kept)."""
-    with _admin_store(store) as st:
+    with admin_store(store) as st:
         rows = [
             [
                 str(t.id),
@@ -131,7 +134,7 @@ def revoke(
 ) -> None:
     """Revoke a token: from now on it is refused, like an unknown one."""
     ref: int | str = int(token) if token.isdecimal() and project is None else token
-    with _admin_store(store) as st:
+    with admin_store(store) as st:
         info = st.revoke_token(ref, project)
     typer.echo(
         f"token {fmt.printable(info.name)} (id {info.id}) of project "

@@ -22,17 +22,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tunescope import __version__
 from tunescope.server._auth import Authenticator, Mode
 from tunescope.server._errors import install_error_handlers
-from tunescope.server._routes import api_router
+from tunescope.server._routes import api_router, public_router
 from tunescope.server._security import allowed_names, page_host, secure
+from tunescope.server._session import install_session
 from tunescope.server._static import default_static_dir, mount_page
 from tunescope.store import PooledStore, Store, open_store
 
-__all__ = ["POOL_SIZE", "create_app", "release_store", "serve"]
+__all__ = ["POOL_SIZE", "REQUEST_TIMEOUT_S", "create_app", "release_store", "serve"]
 
 log = logging.getLogger("tunescope.server")
 
 POOL_SIZE = 8
 """Store connections the server keeps for requests running at once."""
+
+REQUEST_TIMEOUT_S = 10.0
+"""Longest one store call of a request may wait: for a lock (SQLite), for the database
+server (PostgreSQL, whose transaction is then cut), for a free connection of the pool. Past
+it the request answers 503 ``store_unavailable`` rather than hang."""
 
 
 class NoStoreMiddleware:
@@ -67,6 +73,7 @@ def create_app(
     static_dir: Path | None = None,
     allowed_hosts: Iterable[str] = (),
     auth: Mode = "local",
+    timeout: float = REQUEST_TIMEOUT_S,
 ) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
@@ -78,9 +85,13 @@ def create_app(
     page never creates one) and released when the app shuts down. Requests share a pool of
     :data:`POOL_SIZE` connections, each of which heals by itself when the database comes back.
     ``auth``: ``local`` (every request may read every project: the loopback viewer) or
-    ``tokens`` (the team server: every API request needs a token; see ``_auth.py``).
+    ``tokens`` (the team server: every API request needs a token, from a bearer header or
+    the page's session; see ``_auth.py`` and ``_session.py``). ``timeout``: seconds a store
+    call of a request may wait (:data:`REQUEST_TIMEOUT_S`).
     """
-    store = PooledStore(lambda: open_store(store_url, create=False), size=POOL_SIZE)
+    store = PooledStore(
+        lambda: open_store(store_url, create=False, timeout=timeout), size=POOL_SIZE, wait=timeout
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -105,6 +116,8 @@ def create_app(
     app.add_middleware(NoStoreMiddleware)
     authenticator = Authenticator(store, auth)
     app.state.auth = authenticator
+    app.include_router(public_router(store, auth), prefix="/api")
+    app.include_router(install_session(authenticator), prefix="/api")
     app.include_router(api_router(store), prefix="/api", dependencies=[Depends(authenticator)])
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
     secure(app, allowed_hosts)
@@ -117,18 +130,35 @@ def serve(
     port: int = 8765,
     open_browser: bool = False,
     allowed_hosts: Iterable[str] = (),
+    *,
+    auth: Mode = "local",
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
 ) -> None:
     """Serve the app with uvicorn until interrupted. Binds 127.0.0.1 unless told otherwise;
     with ``open_browser`` the page opens in the default browser once the server listens.
     Requests are answered for localhost, ``host`` (unless a wildcard such as 0.0.0.0) and
-    ``allowed_hosts``."""
+    ``allowed_hosts``. ``auth`` as for :func:`create_app`. With ``tls_cert`` and ``tls_key``
+    (PEM files) it answers https. Behind a reverse proxy on the same host, the proxy's
+    ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed (uvicorn's proxy headers,
+    from 127.0.0.1 unless ``$FORWARDED_ALLOW_IPS`` says otherwise)."""
     import uvicorn
 
-    app = create_app(store_url, allowed_hosts=allowed_names(host, allowed_hosts))
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("https needs both a certificate and its key")
+    app = create_app(store_url, allowed_hosts=allowed_names(host, allowed_hosts), auth=auth)
+    scheme = "https" if tls_cert is not None else "http"
     if open_browser:
-        url = f"http://{page_host(host)}:{port}/"
+        url = f"{scheme}://{page_host(host)}:{port}/"
         timer = threading.Timer(1.0, webbrowser.open, args=(url,))
         timer.daemon = True
         timer.start()
-    log.info("serving %s on http://%s:%d/", store_url, host, port)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    log.info("serving %s on %s://%s:%d/", store_url, scheme, host, port)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        ssl_certfile=None if tls_cert is None else str(tls_cert),
+        ssl_keyfile=None if tls_key is None else str(tls_key),
+    )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -101,8 +102,9 @@ class Authenticator:
         self.store = store
         self.mode = mode
         self._failures = _Failures()
-        self.session_token: Any = None
-        """A function (request -> token or None) the page's session adds (_session.py)."""
+        self.session_token: Callable[[Request], str | None] | None = None
+        """Where a request without a bearer header keeps its token: the page's session
+        cookie (set by ``_session.py``), None when there is no such place."""
 
     def __call__(self, request: Request) -> Principal:
         p = self.principal(request)
@@ -112,6 +114,15 @@ class Authenticator:
     def principal(self, request: Request) -> Principal:
         if self.mode == "local":
             return LOCAL
+        secret = _bearer(request)
+        if secret is None and self.session_token is not None:
+            secret = self.session_token(request)
+        return self.check(request, secret)
+
+    def check(self, request: Request, secret: str | None) -> Principal:
+        """The principal of token ``secret`` (None: none given), sent by ``request``'s client:
+        429 while that client is blocked, 401 for no token or a token that is not usable now
+        (which counts as a failed attempt). The page's login checks its token here too."""
         client = request.client.host if request.client else "?"
         now = time.monotonic()
         wait = self._failures.blocked_for(client, now)
@@ -122,9 +133,6 @@ class Authenticator:
                 "too many failed attempts: try again later",
                 {"Retry-After": str(max(1, round(wait)))},
             )
-        secret = _bearer(request)
-        if secret is None and self.session_token is not None:
-            secret = self.session_token(request)
         if secret is None:
             raise unauthorized("this server needs a token: Authorization: Bearer <token>")
         info = self.store.check_token(secret)

@@ -11,7 +11,7 @@ answer, see ``_security.py``), ``store_unavailable`` (503: the store cannot be r
 lost connection or a lock; the same request may succeed later, as ``Retry-After`` says),
 ``store_error`` (500: the store failed), ``internal`` (500: a bug), ``http_error`` (any other
 status); on a team server ``unauthorized`` (401), ``forbidden`` (403) and
-``too_many_attempts`` (429), see ``_auth.py``.
+``too_many_attempts`` (429), see ``_auth.py``, and ``csrf`` (403, see ``_session.py``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ may run on any thread of the server's pool.
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 import re
 import threading
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from tunescope.analyze import SEVERITIES, Finding, findings_for_trial
 from tunescope.errors import NotFound
 from tunescope.metrics import CATALOG
+from tunescope.server._auth import Principal
 from tunescope.server._errors import invalid, not_found
 from tunescope.store import RunInfo, SeriesInfo, Store, TrialInfo
 
@@ -27,34 +30,90 @@ __all__ = [
     "device_key",
     "finding_counts",
     "metric_order",
+    "read_cursor",
     "resolve_run",
     "resolve_trial",
+    "visible_projects",
     "window_bounds",
+    "write_cursor",
 ]
 
 _FINISHED = frozenset({"completed", "failed", "pruned"})
 _CATALOG_ORDER = {m.key: i for i, m in enumerate(CATALOG)}
 
 
-def resolve_run(store: Store, run: str) -> RunInfo:
-    """A run by id (all digits) or name; a run whose name is all digits is found too."""
+def resolve_run(store: Store, run: str, who: Principal) -> RunInfo:
+    """A run ``who`` may see, by id (all digits) or by name within its project (the store's
+    project for a local viewer); a run whose name is all digits is found too. A run of
+    another project is a 404, as if it did not exist."""
     if run.isascii() and run.isdigit() and len(run) < 19:
         try:
-            return store.get_run(int(run))
+            found = store.get_run(int(run))
+            if who.sees(found.project):
+                return found
         except NotFound:
             pass
     try:
-        return store.get_run(run)
+        return store.get_run(run, project=who.project)
     except NotFound:
         raise not_found(f"no run {run!r}") from None
 
 
-def resolve_trial(store: Store, trial: int) -> TrialInfo:
-    """A trial by id, or a 404."""
+def resolve_trial(store: Store, trial: int, who: Principal) -> TrialInfo:
+    """A trial ``who`` may see, by id; a 404 for an unknown one or one of another project."""
     try:
-        return store.get_trial(trial)
+        info = store.get_trial(trial)
+        if who.project is None or store.owner(trial=info.id) == who.project:
+            return info
     except NotFound:
-        raise not_found(f"no trial {trial}") from None
+        pass
+    raise not_found(f"no trial {trial}")
+
+
+def visible_projects(store: Store, who: Principal, project: str | None = None) -> list[str]:
+    """The projects ``who`` may see (its own; every one for a local viewer), or just
+    ``project`` when given: a 404 when it is not one of them (or does not exist)."""
+    if who.project is not None:
+        mine = [who.project]
+    elif project is not None:  # one lookup, not every name, to check a local viewer's choice
+        mine = [project] if project in store.list_projects() else []
+    else:
+        mine = store.list_projects()
+    if project is None:
+        return mine
+    if project not in mine:
+        raise not_found(f"no project {project!r}")
+    return [project]
+
+
+def write_cursor(kind: str, key: Sequence[object] | None) -> str:
+    """An opaque cursor for the page of ``kind`` that follows ``key`` (None: the first)."""
+    raw = json.dumps({"k": kind, "after": None if key is None else list(key)})
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def read_cursor(kind: str, cursor: str, types: Sequence[type]) -> tuple[object, ...] | None:
+    """The key a cursor of :func:`write_cursor` holds (None: the first page), its fields of
+    ``types``; a 422 for anything else (a cursor of another route, a damaged one)."""
+    bad = invalid(f"cursor: not a cursor of this route ({cursor[:40]!r})")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        body = json.loads(raw)
+    except (ValueError, TypeError):
+        raise bad from None
+    if not isinstance(body, dict) or body.get("k") != kind:
+        raise bad
+    after = body.get("after")
+    if after is None:
+        return None
+    if not isinstance(after, list) or len(after) != len(types):
+        raise bad
+    for v, t in zip(after, types, strict=True):
+        if not isinstance(v, t) or isinstance(v, bool):
+            raise bad
+        if isinstance(v, float) and not math.isfinite(v):
+            raise bad
+    return tuple(after)
 
 
 def metric_order(key: str) -> tuple[int, str]:

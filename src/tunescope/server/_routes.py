@@ -15,7 +15,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
 from tunescope.metrics import CATALOG
-from tunescope.server._auth import principal_of
+from tunescope.server._auth import Mode, principal_of
 from tunescope.server._errors import invalid, not_found
 from tunescope.server._queries import (
     FindingsCache,
@@ -23,10 +23,13 @@ from tunescope.server._queries import (
     device_key,
     finding_counts,
     metric_order,
+    read_cursor,
     resolve_run,
     resolve_trial,
     series_extent,
+    visible_projects,
     window_bounds,
+    write_cursor,
 )
 from tunescope.server._schema import (
     CheckpointOut,
@@ -35,6 +38,7 @@ from tunescope.server._schema import (
     FindingOut,
     HealthOut,
     MetricOut,
+    ProjectOut,
     RunDetailOut,
     RunFindingsOut,
     RunOut,
@@ -53,15 +57,21 @@ from tunescope.server._serialize import (
     trial_json,
     window_series_json,
 )
-from tunescope.store import EVENT_KINDS, Store
+from tunescope.store import EVENT_KINDS, EventsWindow, PooledStore, Store
 
-__all__ = ["MAX_EVENTS", "MAX_POINTS", "api_router"]
+__all__ = ["MAX_EVENTS", "MAX_POINTS", "MAX_SCALARS", "SCALARS_PAGE", "api_router", "public_router"]
 
 MAX_POINTS = 10_000
 """Most buckets one series window may ask for."""
 
 MAX_EVENTS = 10_000
-"""Most events one events window may list before they are binned."""
+"""Most events one events window may list before they are binned, and most in one page."""
+
+MAX_SCALARS = 100_000
+"""Most scalars one page may hold."""
+
+SCALARS_PAGE = 10_000
+"""Scalars in a page when a cursor comes without a limit."""
 
 _KNOWN_METRICS = frozenset(m.key for m in CATALOG)
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -72,6 +82,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 TrialId = Annotated[int, Path(ge=0, le=2**63 - 1, description="trial id")]
 Start = Annotated[float | None, Query(description="window start, epoch seconds")]
 End = Annotated[float | None, Query(description="window end, epoch seconds")]
+Cursor = Annotated[
+    str | None,
+    Query(max_length=1000, description="the `next` of the previous page (opaque)"),
+]
+RunRef = Annotated[str, Path(description="run id or name")]
 
 
 def _json(content: Any) -> Response:
@@ -89,29 +104,51 @@ def _parse_kinds(kinds: str | None) -> list[str] | None:
     return wanted
 
 
-def api_router(store: Store) -> APIRouter:
-    """The ``/api`` routes over one store (the caller mounts them under ``/api``)."""
+def public_router(store: Store, mode: Mode) -> APIRouter:
+    """The ``/api`` routes that need no token: liveness (which names the store only on a
+    local viewer: a team server tells nobody where its database is)."""
+    router = APIRouter()
+
+    @router.get("/health", response_model=HealthOut, summary="Liveness (and the store URL)")
+    def health() -> Response:
+        return _json({"ok": True, "store": store.url} if mode == "local" else {"ok": True})
+
+    return router
+
+
+def api_router(store: PooledStore) -> APIRouter:
+    """The ``/api`` routes over one store that need a principal (the caller mounts them
+    under ``/api`` behind the Authenticator). Each answers only what the request's principal
+    may see: a run, trial or project of another project is a 404, as if it did not exist."""
     router = APIRouter()
     summaries = RunSummaries(store)
     findings = FindingsCache(store)
     metrics_body = [metric_json(m) for m in CATALOG]
 
-    @router.get("/health", response_model=HealthOut, summary="Liveness and the store URL")
-    def health() -> Response:
-        return _json({"ok": True, "store": store.url})
-
     @router.get("/metrics", response_model=list[MetricOut], summary="The metric catalog")
     def metrics() -> Response:
         return _json(metrics_body)
 
-    @router.get("/runs", response_model=list[RunOut], summary="Every run, newest first")
-    def runs(request: Request) -> Response:
+    @router.get(
+        "/projects",
+        response_model=list[ProjectOut],
+        summary="The projects this request may see, by name",
+    )
+    def projects(request: Request) -> Response:
+        return _json([{"name": p} for p in visible_projects(store, principal_of(request))])
+
+    @router.get(
+        "/runs", response_model=list[RunOut], responses=_ERRORS, summary="Every run, newest first"
+    )
+    def runs(
+        request: Request,
+        project: Annotated[str | None, Query(description="only the runs of this project")] = None,
+    ) -> Response:
         out = []
         # findings no request has computed yet: newest runs first, within a time budget
         deadline = findings.list_deadline()
-        who = principal_of(request)
-        projects = [who.project] if who.project is not None else store.list_projects()
-        listed = [r for p in projects for r in store.list_runs(project=p)]
+        shown = visible_projects(store, principal_of(request), project)
+        listed = [r for p in shown for r in store.list_runs(project=p)]
         listed.sort(key=lambda r: (r.start, r.id), reverse=True)
         for r in listed:
             trials = store.list_trials(r.id)
@@ -126,8 +163,8 @@ def api_router(store: Store) -> APIRouter:
         responses=_ERRORS,
         summary="One run with its trials",
     )
-    def run_detail(run: Annotated[str, Path(description="run id or name")]) -> Response:
-        r = resolve_run(store, run)
+    def run_detail(request: Request, run: RunRef) -> Response:
+        r = resolve_run(store, run, principal_of(request))
         trials = store.list_trials(r.id)
         duration, peak = summaries.summary(r, trials)
         counts = finding_counts(findings.run(trials))
@@ -139,8 +176,8 @@ def api_router(store: Store) -> APIRouter:
         responses=_ERRORS,
         summary="Findings of every trial of a run, with counts by severity",
     )
-    def run_findings(run: Annotated[str, Path(description="run id or name")]) -> Response:
-        r = resolve_run(store, run)
+    def run_findings(request: Request, run: RunRef) -> Response:
+        r = resolve_run(store, run, principal_of(request))
         found = {tid: fs or [] for tid, fs in findings.run(store.list_trials(r.id)).items()}
         counts = finding_counts(found)
         assert counts is not None
@@ -152,13 +189,13 @@ def api_router(store: Store) -> APIRouter:
         responses=_ERRORS,
         summary="A run's trials in creation order",
     )
-    def run_trials(run: Annotated[str, Path(description="run id or name")]) -> Response:
-        r = resolve_run(store, run)
+    def run_trials(request: Request, run: RunRef) -> Response:
+        r = resolve_run(store, run, principal_of(request))
         return _json([trial_json(t) for t in store.list_trials(r.id)])
 
     @router.get("/trials/{trial}", response_model=TrialOut, responses=_ERRORS, summary="One trial")
-    def trial_detail(trial: TrialId) -> Response:
-        return _json(trial_json(resolve_trial(store, trial)))
+    def trial_detail(request: Request, trial: TrialId) -> Response:
+        return _json(trial_json(resolve_trial(store, trial, principal_of(request))))
 
     @router.get(
         "/trials/{trial}/findings",
@@ -166,8 +203,9 @@ def api_router(store: Store) -> APIRouter:
         responses=_ERRORS,
         summary="Findings of one trial, most severe first",
     )
-    def trial_findings(trial: TrialId) -> Response:
-        return _json([f.to_dict() for f in findings.trial(resolve_trial(store, trial)) or []])
+    def trial_findings(request: Request, trial: TrialId) -> Response:
+        info = resolve_trial(store, trial, principal_of(request))
+        return _json([f.to_dict() for f in findings.trial(info) or []])
 
     @router.get(
         "/trials/{trial}/metrics",
@@ -175,8 +213,8 @@ def api_router(store: Store) -> APIRouter:
         responses=_ERRORS,
         summary="The metrics a trial has series for",
     )
-    def trial_metrics(trial: TrialId) -> Response:
-        info = resolve_trial(store, trial)
+    def trial_metrics(request: Request, trial: TrialId) -> Response:
+        info = resolve_trial(store, trial, principal_of(request))
         devices: dict[str, list[str | None]] = defaultdict(list)
         for s in store.list_series(info.id):
             devices[s.metric].append(s.device)
@@ -194,6 +232,7 @@ def api_router(store: Store) -> APIRouter:
         summary="A window of every device's series of one metric",
     )
     def trial_series(
+        request: Request,
         trial: TrialId,
         metric: Annotated[str, Query(description="metric key, e.g. gpu.mem")],
         start: Start = None,
@@ -202,7 +241,7 @@ def api_router(store: Store) -> APIRouter:
             int, Query(ge=1, le=MAX_POINTS, description="most buckets per series")
         ] = 1000,
     ) -> Response:
-        info = resolve_trial(store, trial)
+        info = resolve_trial(store, trial, principal_of(request))
         series = sorted(store.list_series(info.id, metric), key=lambda s: device_key(s.device))
         if not series and metric not in _KNOWN_METRICS:
             raise not_found(f"no metric {metric!r} in trial {trial}")
@@ -224,6 +263,7 @@ def api_router(store: Store) -> APIRouter:
         summary="Events in a window, binned when too many",
     )
     def trial_events(
+        request: Request,
         trial: TrialId,
         start: Start = None,
         end: End = None,
@@ -231,14 +271,25 @@ def api_router(store: Store) -> APIRouter:
             str | None, Query(description="comma-separated kinds: " + ", ".join(EVENT_KINDS))
         ] = None,
         limit: Annotated[
-            int, Query(ge=1, le=MAX_EVENTS, description="most events before binning")
+            int,
+            Query(ge=1, le=MAX_EVENTS, description="most events before binning; a page's size"),
         ] = 2000,
+        cursor: Cursor = None,
     ) -> Response:
-        info = resolve_trial(store, trial)
+        info = resolve_trial(store, trial, principal_of(request))
         wanted = _parse_kinds(kinds)
+        after = None if cursor is None else read_cursor("events", cursor, (float, int))
         hi = info.end if info.end is not None else max(time.time(), info.heartbeat or 0.0)
         s, e = window_bounds(start, end, info.start, hi, pad=max(info.interval, 0.001))
-        return _json(events_json(store.events(info.id, s, e, wanted, limit)))
+        if cursor is None:
+            w = store.events(info.id, s, e, wanted, limit)
+            # too many to list at once: the bins, and the way to page through the events
+            first = None if w.events is not None else write_cursor("events", None)
+            return _json(events_json(w, first))
+        page, key = store.event_page(info.id, s, e, wanted, after, limit)
+        total = store.count_events(info.id, wanted, s, e)
+        more = None if key is None else write_cursor("events", key)
+        return _json(events_json(EventsWindow(s, e, total, events=page), more))
 
     @router.get(
         "/trials/{trial}/scalars",
@@ -247,16 +298,28 @@ def api_router(store: Store) -> APIRouter:
         summary="Scalars a trial logged (loss, learning rate…)",
     )
     def trial_scalars(
+        request: Request,
         trial: TrialId,
         name: Annotated[str | None, Query(description="only the scalars of this name")] = None,
+        limit: Annotated[
+            int | None,
+            Query(ge=1, le=MAX_SCALARS, description="most scalars in this page (default: all)"),
+        ] = None,
+        cursor: Cursor = None,
     ) -> Response:
-        info = resolve_trial(store, trial)
-        return _json(
-            {
-                "names": store.scalar_names(info.id),
-                "scalars": [scalar_json(x) for x in store.scalars(info.id, name)],
-            }
-        )
+        info = resolve_trial(store, trial, principal_of(request))
+        names = store.scalar_names(info.id)
+        if limit is None and cursor is None:
+            rows, more = store.scalars(info.id, name), None
+        else:
+            after = (
+                None if cursor is None else read_cursor("scalars", cursor, (str, int, float, int))
+            )
+            rows, key = store.scalar_page(
+                info.id, name, after, SCALARS_PAGE if limit is None else limit
+            )
+            more = None if key is None else write_cursor("scalars", key)
+        return _json({"names": names, "scalars": [scalar_json(x) for x in rows], "next": more})
 
     @router.get(
         "/trials/{trial}/checkpoints",
@@ -264,8 +327,8 @@ def api_router(store: Store) -> APIRouter:
         responses=_ERRORS,
         summary="Checkpoints and adapter saves, oldest first",
     )
-    def trial_checkpoints(trial: TrialId) -> Response:
-        info = resolve_trial(store, trial)
+    def trial_checkpoints(request: Request, trial: TrialId) -> Response:
+        info = resolve_trial(store, trial, principal_of(request))
         w = store.events(info.id, 0.0, 1e11, ["checkpoint"], limit=1_000_000_000)
         return _json([checkpoint_json(e) for e in w.events or ()])
 

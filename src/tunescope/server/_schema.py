@@ -22,13 +22,17 @@ __all__ = [
     "FindingCountsOut",
     "FindingOut",
     "HealthOut",
+    "LoginIn",
+    "LogoutOut",
     "MetricOut",
+    "ProjectOut",
     "RunDetailOut",
     "RunFindingsOut",
     "RunOut",
     "ScalarOut",
     "ScalarsOut",
     "SeriesOut",
+    "SessionOut",
     "TrialMetricOut",
     "TrialOut",
     "WindowOut",
@@ -49,7 +53,33 @@ class ErrorOut(BaseModel):
 
 class HealthOut(BaseModel):
     ok: bool
-    store: str = Field(description="URL of the store the server reads")
+    store: str | None = Field(
+        None, description="URL of the store the server reads (a local viewer only)"
+    )
+
+
+class SessionOut(BaseModel):
+    """Who is asking."""
+
+    mode: Literal["local", "tokens"] = Field(
+        description="local: a loopback viewer (tunescope ui); tokens: a team server"
+    )
+    project: str | None = Field(description="the project the token may see; null: every one")
+    scope: Literal["read", "write"]
+
+
+class LoginIn(BaseModel):
+    """The page's login (read by hand: the route refuses anything but JSON)."""
+
+    token: str = Field(description="an access token, ts_…")
+
+
+class LogoutOut(BaseModel):
+    ok: bool
+
+
+class ProjectOut(BaseModel):
+    name: str
 
 
 class MetricOut(BaseModel):
@@ -118,6 +148,9 @@ class RunFindingsOut(BaseModel):
 class RunOut(BaseModel):
     id: int
     name: str
+    project: str = Field(description="the project the run belongs to")
+    os_user: str | None = Field(description="the OS user that made the run, when known")
+    host: str | None = Field(description="the host that made the run, when known")
     start: float
     end: float | None = Field(description="null while a trial has not ended")
     state: str = Field(description="running, completed, failed, lost or empty")
@@ -136,6 +169,9 @@ class RunOut(BaseModel):
 class RunDetailOut(BaseModel):
     id: int
     name: str
+    project: str
+    os_user: str | None
+    host: str | None
     start: float
     end: float | None
     state: str
@@ -199,6 +235,10 @@ class EventsOut(BaseModel):
     total: int
     events: list[EventOut] | None
     bins: list[EventBinOut] | None
+    next: str | None = Field(
+        description="a cursor for the next page of events (send it back as `cursor`); null "
+        "when nothing more is listed"
+    )
 
 
 class ScalarOut(BaseModel):
@@ -211,6 +251,9 @@ class ScalarOut(BaseModel):
 class ScalarsOut(BaseModel):
     names: list[str]
     scalars: list[ScalarOut]
+    next: str | None = Field(
+        description="a cursor for the next page (send it back as `cursor`); null after the last"
+    )
 
 
 class CheckpointOut(BaseModel):

@@ -73,6 +73,9 @@ def run_json(
     return {
         "id": r.id,
         "name": r.name,
+        "project": r.project,
+        "os_user": r.os_user,
+        "host": r.host,
         "start": r.start,
         "end": r.end,
         "state": r.state,
@@ -135,8 +138,9 @@ def event_json(e: Event) -> Json:
     }
 
 
-def events_json(w: EventsWindow) -> Json:
-    """Events of a window, or their counts per bin and kind when there are too many."""
+def events_json(w: EventsWindow, next_cursor: str | None = None) -> Json:
+    """Events of a window, or their counts per bin and kind when there are too many; and
+    the cursor of the next page of events, if any."""
     return {
         "start": w.start,
         "end": w.end,
@@ -145,6 +149,7 @@ def events_json(w: EventsWindow) -> Json:
         "bins": None
         if w.bins is None
         else [{"kind": b.kind, "t0": b.t0, "t1": b.t1, "count": b.count} for b in w.bins],
+        "next": next_cursor,
     }
 
 

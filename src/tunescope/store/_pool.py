@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tunescope.errors import StoreError
+from tunescope.errors import StoreError, StoreUnavailable
 from tunescope.store._batch import Batch
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store
@@ -37,13 +37,17 @@ __all__ = ["PooledStore"]
 
 class PooledStore(Store):
     """Up to ``size`` stores opened with ``factory`` (the first one now, so a bad URL fails
-    here); each call borrows one. Thread-safe."""
+    here); each call borrows one. A call that finds every member busy waits for one at most
+    ``wait`` seconds (None: as long as it takes), then raises StoreUnavailable. Thread-safe."""
 
-    def __init__(self, factory: Callable[[], Store], size: int = 4) -> None:
+    def __init__(
+        self, factory: Callable[[], Store], size: int = 4, wait: float | None = None
+    ) -> None:
         if size < 1:
             raise ValueError("a pool needs at least one store")
         self._factory = factory
         self._size = size
+        self._wait = wait
         self._idle: queue.LifoQueue[Store] = queue.LifoQueue()
         self._all: list[Store] = []
         self._opened = 1
@@ -73,7 +77,12 @@ class PooledStore(Store):
             with self._lock:
                 self._all.append(st)
         else:
-            st = self._idle.get()
+            try:
+                st = self._idle.get(timeout=self._wait)
+            except queue.Empty:
+                raise StoreUnavailable(
+                    f"all {self._size} connections to {self.url} stayed busy for {self._wait:g} s"
+                ) from None
         try:
             yield st
         finally:
@@ -214,6 +223,13 @@ class PooledStore(Store):
 
     def revoke_token(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("revoke_token", *args, **kwargs)
+
+    # pages of events and scalars (SQL stores; the team server's, see _pages.py)
+    def event_page(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("event_page", *args, **kwargs)
+
+    def scalar_page(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("scalar_page", *args, **kwargs)
 
     # derived queries: one member for the whole query
     def read_samples(

@@ -35,6 +35,8 @@ from tunescope.store._codec import F64, MAX_DELTA_MS, decode, encode, encode_blo
 from tunescope.store._contract import CHUNK_SAMPLES, Store
 from tunescope.store._heal import Lost, retrying
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
+from tunescope.store._pages import EVENT_COLS, PagesMixin, event_from_row, scalar_from_row
+from tunescope.store._pages import json_or as _loads
 from tunescope.store._schema import REBUILDS, SCHEMA_VERSION, statements
 from tunescope.store._tokens import TokensMixin
 
@@ -69,7 +71,7 @@ class Dialect:
         return stmt.format(id=self.id_type, blob=self.blob_type, real=self.real_type)
 
 
-class SQLStore(TokensMixin, Store, abc.ABC):
+class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
     """A store over a DB-API connection. Subclasses open connections (:meth:`_connect`),
     translate driver errors (:meth:`_translate`), recognise a lost connection
     (:meth:`_is_lost`), begin transactions and list tables."""
@@ -1082,24 +1084,9 @@ class SQLStore(TokensMixin, Store, abc.ABC):
         with self._tx() as cur:
             where, args = self._event_where(cur, _sql_int(trial_id), start, end, kinds)
             rows = self._q(
-                cur,
-                "SELECT trial_id, kind, name, step, t, duration, value, data "
-                f"FROM events WHERE {where} ORDER BY t, id",
-                args,
+                cur, f"SELECT {EVENT_COLS} FROM events WHERE {where} ORDER BY t, id", args
             ).fetchall()
-        return [
-            Event(
-                int(r[0]),
-                r[1],
-                float(r[4]),
-                r[2],
-                None if r[3] is None else int(r[3]),
-                None if r[5] is None else float(r[5]),
-                None if r[6] is None else float(r[6]),
-                None if r[7] is None else _loads(r[7], None),
-            )
-            for r in rows
-        ]
+        return [event_from_row(r) for r in rows]
 
     @retrying
     def _bin_events(
@@ -1170,10 +1157,7 @@ class SQLStore(TokensMixin, Store, abc.ABC):
             args.append(name)
         with self._tx() as cur:
             rows = self._q(cur, stmt + " ORDER BY name, step, t, id", args).fetchall()
-        return [
-            Scalar(int(r[0]), r[1], None if r[2] is None else int(r[2]), float(r[3]), float(r[4]))
-            for r in rows
-        ]
+        return [scalar_from_row(r) for r in rows]
 
     @retrying
     def scalar_names(self, trial_id: int) -> list[str]:
@@ -1191,15 +1175,6 @@ def _sql_int(value: int) -> int:
     rather than a driver's overflow error."""
     v = int(value)
     return v if -(2**63) <= v < 2**63 else -1
-
-
-def _loads(raw: Any, default: Any) -> Any:
-    """A JSON column's value; ``default`` when damaged (a damaged row degrades, never
-    fails a read)."""
-    try:
-        return json.loads(raw)
-    except (TypeError, ValueError):
-        return default
 
 
 def _first_line(exc: BaseException) -> str:

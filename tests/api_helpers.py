@@ -20,9 +20,11 @@ def request(
     host: str | None = None,
     params: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    content: bytes | None = None,
     raise_app_exceptions: bool = True,
 ) -> httpx.Response:
-    """One request through the app in-process; ``host`` replaces the Host header."""
+    """One request through the app in-process; ``host`` replaces the Host header; ``content``
+    is the body."""
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
@@ -30,7 +32,7 @@ def request(
             sent = dict(headers or {})
             if host is not None:
                 sent["Host"] = host
-            return await c.request(method, path, headers=sent, params=params)
+            return await c.request(method, path, headers=sent, params=params, content=content)
 
     try:
         asyncio.get_running_loop()

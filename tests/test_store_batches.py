@@ -17,12 +17,12 @@ T0 = 1_700_000_000.0
 
 
 @pytest.fixture(params=["direct", "pooled"])
-def store(store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+def store(any_store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
     """Each backend, as one store and as the server's pool of them: one suite for all."""
     s: Store = (
-        open_store(store_url)
+        open_store(any_store_url)
         if request.param == "direct"
-        else PooledStore(lambda: open_store(store_url), size=3)
+        else PooledStore(lambda: open_store(any_store_url), size=3)
     )
     try:
         yield s
@@ -167,7 +167,7 @@ def test_threads_sharing_one_store_keep_a_series_in_order(store: Store) -> None:
     assert bool(np.all(np.diff(t) > 0)) and sorted(v.tolist()) == v.tolist()
 
 
-def test_two_writers_of_one_trial_each_keep_every_sample(store_url: str) -> None:
+def test_two_writers_of_one_trial_each_keep_every_sample(any_store_url: str) -> None:
     """The sampler and the flusher write one trial from two connections at once (their own
     series, shared trial rows): nothing is lost, and the trial is created once."""
     sp = spec("two")
@@ -175,7 +175,7 @@ def test_two_writers_of_one_trial_each_keep_every_sample(store_url: str) -> None
     errors: list[BaseException] = []
 
     def writer(metric: str) -> None:
-        st = open_store(store_url)
+        st = open_store(any_store_url)
         try:
             for i in range(n):
                 st.write(
@@ -197,7 +197,7 @@ def test_two_writers_of_one_trial_each_keep_every_sample(store_url: str) -> None
     for th in pool:
         th.join()
     assert not errors
-    with open_store(store_url) as st:
+    with open_store(any_store_url) as st:
         (trial,) = st.list_trials(st.get_run("two").id)
         for m in ("cpu.util", "train.throughput"):
             (s,) = st.list_series(trial.id, m)

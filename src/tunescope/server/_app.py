@@ -25,6 +25,7 @@ from tunescope.server._errors import install_error_handlers
 from tunescope.server._routes import api_router
 from tunescope.server._security import allowed_names, page_host, secure
 from tunescope.server._static import default_static_dir, mount_page
+from tunescope.server._store_api import store_router
 from tunescope.store import PooledStore, Store, open_store
 
 __all__ = ["POOL_SIZE", "create_app", "release_store", "serve"]
@@ -106,6 +107,7 @@ def create_app(
     authenticator = Authenticator(store, auth)
     app.state.auth = authenticator
     app.include_router(api_router(store), prefix="/api", dependencies=[Depends(authenticator)])
+    app.include_router(store_router(store), prefix="/api", dependencies=[Depends(authenticator)])
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
     secure(app, allowed_hosts)
     return app

@@ -34,6 +34,10 @@ def _pg_schema_url() -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+pg_schema = contextlib.contextmanager(_pg_schema_url)
+"""``with pg_schema() as url``: the URL of a fresh PostgreSQL schema, dropped after."""
+
+
 @pytest.fixture(autouse=True)
 def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test has a spool folder of its own (its subprocesses inherit it), so that no
@@ -62,10 +66,7 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     file. Tests keep apart by project: each gets a project of its own."""
     folder = tmp_path_factory.mktemp("http-server")
     with contextlib.ExitStack() as stack:
-        if PG_URL:
-            db_url = stack.enter_context(contextlib.contextmanager(_pg_schema_url)())
-        else:
-            db_url = str(folder / "server.db")
+        db_url = stack.enter_context(pg_schema()) if PG_URL else str(folder / "server.db")
         server = Server(db_url, folder / "server.log").start()
         stack.callback(server.stop)
         yield server

@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from tunescope.errors import NotFound
-from tunescope.store import Batch, PooledStore, Store, TrialEnd, TrialSpec, new_key, open_store
+from tunescope.store import (
+    CHUNK_SAMPLES,
+    Batch,
+    PooledStore,
+    Store,
+    TrialEnd,
+    TrialSpec,
+    new_key,
+    open_store,
+)
 from tunescope.store._batch import EventRow
 
 T0 = 1_700_000_000.0
@@ -203,3 +212,28 @@ def test_two_writers_of_one_trial_each_keep_every_sample(any_store_url: str) -> 
             (s,) = st.list_series(trial.id, m)
             assert st.read_samples(s.id)[1].tolist() == [float(i) for i in range(n)]
         assert trial.heartbeat == T0 + n - 1
+
+
+def test_one_batch_appends_merges_and_packs_many_series_at_once(store: Store) -> None:
+    """Each series of a batch takes its own path in the one transaction: a short append stays
+    pending, an append that fills a chunk is packed, and samples older than a series' newest
+    (packed) ones are merged in."""
+    sp = spec()
+    n = CHUNK_SAMPLES + 10
+    first = tuple(("cpu.mem", None, None, T0 + 10 + i, 1.0) for i in range(n))
+    tid = store.write(Batch(sp.key, spec=sp, samples=first))
+    late = (("cpu.mem", None, None, T0 + i, 2.0) for i in range(3))  # before the stored ones
+    full = (("gpu.mem", "0", None, T0 + i, float(i)) for i in range(n))
+    short = (("gpu.mem", "1", None, T0 + i, 3.0) for i in range(4))
+    store.write(Batch(sp.key, samples=(*late, *full, *short)))
+    got = {(s.metric, s.device): s.id for s in store.list_series(tid)}
+    t, v = store.read_samples(got[("cpu.mem", None)])
+    assert t.tolist() == [T0, T0 + 1, T0 + 2, *(T0 + 10 + i for i in range(n))]
+    assert v.tolist() == [2.0] * 3 + [1.0] * n
+    mem, full_id = got[("cpu.mem", None)], got[("gpu.mem", "0")]
+    assert store.series_extent(mem) == (T0, T0 + 10 + n - 1, n + 3)
+    assert store.series_extent(full_id) == (T0, T0 + n - 1, n)
+    for sid in (mem, full_id):  # one chunk each, the rest pending
+        assert [r[3] for r in store._chunk_summaries(sid, -math.inf, math.inf)] == [CHUNK_SAMPLES]
+    assert store.read_samples(got[("gpu.mem", "0")])[1].tolist() == [float(i) for i in range(n)]
+    assert store.read_samples(got[("gpu.mem", "1")])[1].tolist() == [3.0] * 4

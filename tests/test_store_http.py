@@ -12,13 +12,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi import FastAPI
 
 from api_helpers import request
-from http_helpers import Server, free_port, make_token
+from http_helpers import Server, free_port, make_certificates, make_token
 from tunescope.errors import AccessDenied, ConfigError, NotFound, StoreUnavailable
 from tunescope.server import create_app
 from tunescope.server._app import release_store
@@ -105,6 +106,31 @@ def test_a_server_that_is_not_there_is_unavailable_and_writers_keep() -> None:
     ):
         st.write(_batch(_spec()))
     assert keeps(caught.value) and "\n" not in str(caught.value)
+
+
+def test_https_trusts_a_private_ca_named_in_the_environment(
+    tmp_path: Path, store_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca, cert, key = make_certificates(tmp_path)
+    server = Server(store_file, tmp_path / "server.log", tls=(cert, key)).start()
+    try:
+        monkeypatch.setenv("TUNESCOPE_TOKEN", make_token(store_file, "tls"))
+        url = server.url("tls")
+        with open_store(url) as st, pytest.raises(AccessDenied) as caught:
+            st.list_runs()  # the system's CAs do not know ours
+        message = str(caught.value)
+        assert "cannot verify the certificate of https://" in message and "\n" not in message
+        assert "$TUNESCOPE_CA_BUNDLE" in message
+        monkeypatch.setenv("TUNESCOPE_CA_BUNDLE", str(ca))
+        with open_store(url) as st:
+            tid = st.write(_batch(_spec("secure")))
+            assert st.get_trial(tid).name == "t" and [r.name for r in st.list_runs()] == ["secure"]
+            assert isinstance(st, HttpStore) and (st.requests, st.connections) == (3, 1)
+        monkeypatch.setenv("TUNESCOPE_CA_BUNDLE", str(tmp_path / "nothing.pem"))
+        with pytest.raises(ConfigError, match="TUNESCOPE_CA_BUNDLE"):
+            open_store(url)
+    finally:
+        server.stop()
 
 
 # ---------------------------------------------------------------------- tokens and projects

@@ -19,6 +19,7 @@ import pytest
 from fastapi import FastAPI
 
 from api_helpers import request
+from fault_helpers import sample_times, wait_for
 from http_helpers import Server, free_port, make_certificates, make_token
 from tunescope.errors import AccessDenied, ConfigError, NotFound, StoreUnavailable
 from tunescope.server import create_app
@@ -411,3 +412,19 @@ def test_read_commands_work_over_http_and_never_show_the_token(
     for p in (runs, trials, export, events, report, refused):
         for secret in (token, reader, wrong):
             assert secret not in p.stdout + p.stderr
+
+
+def test_tunescope_run_records_through_http(project: tuple[str, str]) -> None:
+    """`tunescope run` and its sampler record a command's trial through the server: its
+    params, samples and exit code."""
+    url, token = project
+    code = "import time; time.sleep(2); raise SystemExit(3)"
+    p = _cli("run", "--run", "cmd", "--trial", "t", "--param", "lr=0.1", "--interval", "0.2",
+             "--store", url, "--", sys.executable, "-c", code, token=token)  # fmt: skip
+    assert p.returncode == 3, p.stderr
+    assert token not in p.stdout + p.stderr
+    with open_store(url) as st:
+        (trial,) = st.list_trials(st.get_run("cmd").id)
+        assert wait_for(lambda: st.get_trial(trial.id).state == "failed", 30)
+        assert st.exit_code(trial.id) == 3 and trial.params == {"lr": 0.1}
+        assert len(sample_times(st, trial.id, "cpu.procs")) >= 5

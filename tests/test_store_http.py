@@ -21,10 +21,12 @@ from fastapi import FastAPI
 from api_helpers import request
 from fault_helpers import sample_times, wait_for
 from http_helpers import Server, free_port, make_certificates, make_token
+from store_helpers import damage_chunk
 from tunescope.errors import AccessDenied, ConfigError, NotFound, StoreUnavailable
 from tunescope.server import create_app
 from tunescope.server._app import release_store
 from tunescope.store import (
+    CHUNK_SAMPLES,
     Batch,
     Event,
     Scalar,
@@ -295,6 +297,27 @@ def _everything(st: Store, tid: int) -> dict[str, object]:
         "scalars": st.scalars(tid),
         "by_key": st.trial_by_key(trial.key),
     }
+
+
+def test_damage_on_the_server_is_skipped_and_flagged_through_http(
+    http_server: Server, project: tuple[str, str]
+) -> None:
+    url, _token = project
+    n = 4 * CHUNK_SAMPLES
+    with open_store(url) as st:
+        tid = st.create_trial(st.ensure_run("r", start=T0).id, start=T0).id
+        bad, good = (st.series(tid, "gpu.util", d).id for d in ("0", "1"))
+        for sid in (bad, good):
+            st.append_samples((sid, T0 + k, float(k % 50)) for k in range(n))
+        damage_chunk(http_server.db_url, bad, 2)
+        assert len(st.read_samples(bad)[0]) == n - CHUNK_SAMPLES  # the damaged chunk left out
+        assert st.window(bad, T0, T0 + n, 2000).corrupt_chunks == 1
+        assert len(st.read_samples(good)[0]) == n
+        assert [(s.id, k) for s, k in st.corrupt_series()] == [(bad, 1)]
+    with open_store(url) as other:
+        assert other.corrupt_series() == []  # it read nothing
+        other.read_samples(good)
+        assert other.corrupt_series() == []
 
 
 # ---------------------------------------------------------------------- bodies

@@ -389,6 +389,27 @@ def test_bad_bodies_are_refused_in_the_one_shape_and_write_nothing(
     assert [r["name"] for r in answer["result"]] == ["r"]  # type: ignore[attr-defined]
 
 
+def test_the_local_viewer_takes_json_only_and_records_into_the_named_project(
+    store_file: str,
+) -> None:
+    """`tunescope ui` has no tokens: a page of another site could post a form to it, which
+    cannot carry application/json without a CORS preflight, so it is refused."""
+    app = create_app(store_file)
+    try:
+        good = _batch(_spec()).to_json()
+        form = {"Content-Type": "text/plain"}
+        r = request(app, "/api/v1/ingest", method="POST", content=good, headers=form)
+        assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
+        sdk = {"Content-Type": "application/json", "Tunescope-Project": "viewer"}
+        r = request(app, "/api/v1/ingest", method="POST", content=good, headers=sdk)
+        assert r.status_code == 200
+    finally:
+        release_store(app.state.store)
+    with open_store(store_file) as st:
+        assert [r.name for r in st.list_runs(project="viewer")] == ["r"]
+        assert st.list_runs() == []
+
+
 # ---------------------------------------------------------------------- read commands
 def _cli(*args: str, token: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TUNESCOPE_STORE"}

@@ -10,14 +10,14 @@ costs one request. :meth:`HttpStore.write` posts the batch, gzip-compressed, to 
   never from the URL or a command line, and is never shown: a refused or missing token is an
   :class:`~tunescope.errors.AccessDenied` whose one line names the variable. ``https`` checks
   the server's certificate against the system's CAs, or those in ``$TUNESCOPE_CA_BUNDLE``.
-* **One connection.** Each store keeps one keep-alive connection, used under a lock (calls
-  are serialised, as the contract promises), opened again when the server closed it. A call
-  that cannot reach the server, times out (the store's ``timeout``, 15 s by default) or gets
-  503 raises :class:`~tunescope.errors.StoreUnavailable`, so writers keep and spool their
-  batches. A call that may be repeated safely (reads, ``write``, setting fields) is sent once
-  more when a reused connection turns out closed before any answer; appends and
-  ``create_trial`` are not: like a lost database connection while committing, they raise
-  StoreUnavailable, as whether they landed is unknown.
+* **One connection** (``_client.py``) per store, used under a lock (calls are serialised,
+  as the contract promises), opened again when the server closed it. A call that cannot
+  reach the server, times out (the store's ``timeout``, 15 s by default) or gets 503 raises
+  :class:`~tunescope.errors.StoreUnavailable`, so writers keep and spool their batches. A
+  call that may be repeated safely (reads, ``write``, setting fields) is sent once more when
+  a reused connection turns out closed before any answer; appends and ``create_trial`` are
+  not: like a lost database connection while committing, they raise StoreUnavailable, as
+  whether they landed is unknown.
 * **Errors** come back as the class the server's store raised (``_wire.CODES``).
 * **Packing.** Samples that batches carry are written by the server's store, which packs
   them like any writer (when 256 gather, and when it closes); :meth:`HttpStore.close` and
@@ -27,20 +27,15 @@ costs one request. :meth:`HttpStore.write` posts the batch, gzip-compressed, to 
 from __future__ import annotations
 
 import gzip
-import http.client
-import os
-import select
-import ssl
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import numpy as np
 
-from tunescope.errors import AccessDenied, ConfigError, StoreError, StoreUnavailable
+from tunescope.errors import StoreError
 from tunescope.store._batch import Batch
+from tunescope.store._client import Client
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store
 from tunescope.store._model import (
@@ -52,17 +47,13 @@ from tunescope.store._model import (
     TrialInfo,
     Window,
 )
-from tunescope.store._url import http_target
 from tunescope.store._wire import (
-    PROJECT_HEADER,
     arrays_of,
     blobs_of,
     doc,
     dumps,
-    error_of,
     event_of,
     events_window_of,
-    loads,
     run_of,
     scalar_of,
     series_of,
@@ -70,16 +61,7 @@ from tunescope.store._wire import (
     window_of,
 )
 
-__all__ = ["CA_ENV", "TIMEOUT_S", "TOKEN_ENV", "HttpStore"]
-
-TOKEN_ENV = "TUNESCOPE_TOKEN"
-CA_ENV = "TUNESCOPE_CA_BUNDLE"
-TIMEOUT_S = 15.0
-"""Longest a call waits for the server before it raises StoreUnavailable."""
-
-IDLE_REUSE_S = 2.0
-"""A connection idle longer than this is opened again rather than reused (servers close idle
-keep-alive connections: uvicorn after 5 s)."""
+__all__ = ["HttpStore"]
 
 GZIP_ABOVE = 16 * 1024
 """Call bodies larger than this are sent gzip-compressed (batches always are)."""
@@ -92,27 +74,10 @@ class HttpStore(Store):
     first call connects. ``timeout``: seconds a call may wait for the server."""
 
     def __init__(self, url: str, *, timeout: float | None = None) -> None:
-        tls, host, port, project = http_target(url)
+        self._client = Client(url, timeout)
         self.url = url
-        self.project = project
-        self.timeout = TIMEOUT_S if timeout is None else float(timeout)
-        token = os.environ.get(TOKEN_ENV, "").strip()
-        if token and not (token.isascii() and token.isprintable()):
-            raise ConfigError(f"${TOKEN_ENV} is not a token (tokens are printable ASCII)")
-        self._headers = {
-            "Content-Type": "application/json",
-            "Accept-Encoding": "gzip",
-            PROJECT_HEADER: quote(project, safe=""),
-        }
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
-        self._has_token = bool(token)
-        self._host, self._port = host, port
-        self._ssl = _ssl_context() if tls else None
+        self.project = self._client.project
         self._lock = threading.Lock()
-        self._conn: http.client.HTTPConnection | None = None
-        self._used_at = 0.0
-        self._closed = False
         self._appended: set[int] = set()
         """Series this store appended to: close() packs them."""
         self._read: set[int] = set()
@@ -120,120 +85,16 @@ class HttpStore(Store):
         self._chunk_series: dict[int, int] = {}
         """Chunk id -> series id, from the summaries this store read (the server checks a
         chunk's series before it sends its bytes)."""
-        self.requests = 0
+
+    @property
+    def requests(self) -> int:
         """Requests answered so far (one per call, one per batch)."""
-        self.connections = 0
+        return self._client.requests
+
+    @property
+    def connections(self) -> int:
         """Connections opened so far."""
-
-    # ------------------------------------------------------------------ transport
-    def _connection(self) -> http.client.HTTPConnection:
-        conn = self._conn
-        if conn is not None and (
-            time.monotonic() - self._used_at > IDLE_REUSE_S or _closed_by_peer(conn)
-        ):
-            self._drop()
-            conn = None
-        if conn is None:
-            if self._ssl is not None:
-                conn = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=self.timeout, context=self._ssl
-                )
-            else:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
-            try:
-                conn.connect()
-            except BaseException:
-                conn.close()
-                raise
-            self.connections += 1
-            self._conn = conn
-        return conn
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
-    def _exchange(self, path: str, body: bytes, headers: dict[str, str], retry: bool) -> Any:
-        """One request and its answer (status, Content-Encoding, body). Lock held."""
-        for attempt in (0, 1):
-            kept = self._conn
-            try:
-                conn = self._connection()
-            except ssl.SSLCertVerificationError as exc:
-                raise AccessDenied(
-                    f"cannot verify the certificate of {self.url}: {exc.verify_message}; "
-                    f"${CA_ENV} may name a file of the CAs to trust"
-                ) from None
-            except (OSError, http.client.HTTPException) as exc:
-                raise StoreUnavailable(f"cannot reach {self.url}: {_why(exc)}") from None
-            reused = conn is kept
-            try:
-                conn.request("POST", path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-            except TimeoutError:
-                self._drop()
-                raise StoreUnavailable(
-                    f"{self.url} did not answer within {self.timeout:g} s"
-                ) from None
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop()
-                if attempt == 0 and retry and reused:
-                    continue  # a kept-alive connection the server had closed: once more
-                raise StoreUnavailable(f"lost the connection to {self.url}: {_why(exc)}") from None
-            self.requests += 1
-            self._used_at = time.monotonic()
-            if resp.will_close:
-                self._drop()
-            return resp.status, resp.getheader("Content-Encoding"), data
-        raise AssertionError("unreachable")
-
-    def _post(self, path: str, body: bytes, *, compressed: bool, retry: bool) -> Any:
-        """POST ``body`` (JSON, gzip-compressed when ``compressed``) and return the answer's
-        JSON; the error an answer stands for is raised."""
-        headers = dict(self._headers)
-        if compressed:
-            headers["Content-Encoding"] = "gzip"
-        with self._lock:
-            if self._closed:
-                raise StoreError(f"store {self.url} is closed")
-            status, encoding, data = self._exchange(path, body, headers, retry)
-        try:
-            if encoding == "gzip":
-                data = gzip.decompress(data)
-            answer = loads(data) if data else None
-        except (OSError, EOFError, ValueError):
-            answer = None
-        if 200 <= status < 300:
-            if not isinstance(answer, dict):
-                raise StoreError(f"{self.url} answered {path} with something not JSON")
-            return answer
-        raise self._error(status, answer)
-
-    def _error(self, status: int, answer: Any) -> Exception:
-        err = answer.get("error") if isinstance(answer, dict) else None
-        code = str(err.get("code", "")) if isinstance(err, dict) else ""
-        message = _first_line(str(err.get("message", ""))) if isinstance(err, dict) else ""
-        if code == "unauthorized" or (not code and status == 401):
-            if not self._has_token:
-                return AccessDenied(
-                    f"{self.url} needs a token: set ${TOKEN_ENV} to a token of project "
-                    f"{self.project!r} (tunescope token create)"
-                )
-            return AccessDenied(
-                f"{self.url} refused the token in ${TOKEN_ENV}: {message or 'unauthorized'}"
-            )
-        if code == "forbidden" or (not code and status == 403):
-            return AccessDenied(
-                f"{self.url} refused the token in ${TOKEN_ENV}: {message or 'forbidden'}"
-            )
-        if code:
-            return error_of(code, f"{self.url}: {message}" if message else f"{self.url}: {code}")
-        what = f"{self.url} answered HTTP {status}"
-        if status in (502, 503, 504):
-            return StoreUnavailable(what)
-        return StoreError(f"{what}; is it a tunescope server?")
+        return self._client.connections
 
     def _get(
         self,
@@ -249,7 +110,7 @@ class HttpStore(Store):
         except (TypeError, ValueError) as exc:
             raise StoreError(f"{method}: arguments must be JSON values: {exc}") from None
         big = len(body) > GZIP_ABOVE
-        answer = self._post(
+        answer = self._client.post(
             f"/api/v1/store/{method}",
             gzip.compress(body, compresslevel=6, mtime=0) if big else body,
             compressed=big,
@@ -268,17 +129,13 @@ class HttpStore(Store):
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         with self._lock:
-            if self._closed:
-                return
             appended = sorted(self._appended)
             self._appended.clear()
         try:
             for sid in appended:  # only what this store appended (see the module doc)
                 self.compact(sid)
         finally:
-            with self._lock:
-                self._closed = True
-                self._drop()
+            self._client.close()
 
     # ------------------------------------------------------------------ runs and trials
     def ensure_run(
@@ -343,7 +200,7 @@ class HttpStore(Store):
                 f"a batch may hold only finite numbers and JSON values: {exc}"
             ) from None
         body = gzip.compress(raw, compresslevel=6, mtime=0)
-        answer = self._post("/api/v1/ingest", body, compressed=True, retry=True)
+        answer = self._client.post("/api/v1/ingest", body, compressed=True, retry=True)
         trial = answer.get("trial")
         if isinstance(trial, bool) or not isinstance(trial, int):
             raise StoreError(f"{self.url} answered a batch without its trial's id")
@@ -546,39 +403,6 @@ class HttpStore(Store):
 
 
 # ---------------------------------------------------------------------- helpers
-def _ssl_context() -> ssl.SSLContext:
-    """The system's trust store, or the CAs in $TUNESCOPE_CA_BUNDLE."""
-    bundle = os.environ.get(CA_ENV) or None
-    try:
-        return ssl.create_default_context(cafile=bundle)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"${CA_ENV} {bundle!r} is not a file of CA certificates: {exc}") from None
-
-
-def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
-    """Whether the server closed an idle keep-alive connection (it reads as ready: at EOF)."""
-    sock = conn.sock
-    if sock is None:
-        return True
-    try:
-        ready, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(ready)
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    text = _first_line(str(exc))
-    return text or type(exc).__name__
-
-
-def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0].strip() if lines else ""
-
-
 def _list(decode: Callable[[Any], T]) -> Callable[[Any], list[T]]:
     def inner(items: Any) -> list[T]:
         if not isinstance(items, list):

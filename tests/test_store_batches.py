@@ -237,3 +237,46 @@ def test_one_batch_appends_merges_and_packs_many_series_at_once(store: Store) ->
         assert [r[3] for r in store._chunk_summaries(sid, -math.inf, math.inf)] == [CHUNK_SAMPLES]
     assert store.read_samples(got[("gpu.mem", "0")])[1].tolist() == [float(i) for i in range(n)]
     assert store.read_samples(got[("gpu.mem", "1")])[1].tolist() == [3.0] * 4
+
+
+def test_compacting_while_another_writer_appends_loses_nothing(any_store_url: str) -> None:
+    """A store packs a series (a writer closing, a server packing an ended trial's series)
+    while another one appends to it: every sample is kept, once."""
+    sp = spec()
+    with open_store(any_store_url) as st:
+        tid = st.write(Batch(sp.key, spec=sp))
+        sid = st.series(tid, "cpu.util").id
+    n = 400
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        st = open_store(any_store_url)
+        try:
+            for i in range(n):
+                st.append_samples([(sid, T0 + i, float(i))])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            done.set()
+            st.close()
+
+    def pack() -> None:
+        st = open_store(any_store_url)
+        try:
+            while not done.is_set():
+                st.compact(sid)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            st.close()
+
+    pool = [threading.Thread(target=append), threading.Thread(target=pack)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors
+    with open_store(any_store_url) as st:
+        t, v = st.read_samples(sid)
+    assert t.tolist() == [T0 + i for i in range(n)] and v.tolist() == [float(i) for i in range(n)]

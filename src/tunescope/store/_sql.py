@@ -949,7 +949,10 @@ class SQLStore(TokensMixin, Store, abc.ABC):
                 ]
             else:
                 sids = [_sql_int(series_id)]
-            for sid in sids:
+            for sid in sorted(sids):
+                # the series row is locked first, as appends lock it: a sample another writer
+                # appends meanwhile is either read here or waits for the commit
+                self._q(cur, f"SELECT id FROM series WHERE id = ?{self.dialect.for_update}", (sid,))
                 ts, vs = self._pending_in(cur, sid, -math.inf, math.inf)
                 if len(ts):
                     self._write_chunks(cur, sid, ts, vs)

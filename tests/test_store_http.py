@@ -299,6 +299,27 @@ def _everything(st: Store, tid: int) -> dict[str, object]:
     }
 
 
+def test_the_server_packs_a_trials_series_when_its_end_lands(project: tuple[str, str]) -> None:
+    url, _token = project
+    spec = _spec()
+    with open_store(url) as st:
+        tid = st.write(_batch(spec, 30))
+        st.write(Batch(spec.key, samples=(("gpu.mem", "0", None, T0, 5.0),)))
+        sids = [s.id for s in st.list_series(tid)]
+        before = [st.read_samples(sid) for sid in sids]
+
+        def pending() -> int:
+            return sum(len(st._pending(sid, -math.inf, math.inf)[0]) for sid in sids)
+
+        assert pending() == 31 and all(not st._chunk_summaries(sid, 0, 2 * T0) for sid in sids)
+        st.write(Batch(spec.key, end=TrialEnd("completed", T0 + 30)))
+        assert wait_for(lambda: pending() == 0, 30)
+        assert [len(st._chunk_summaries(sid, 0, 2 * T0)) for sid in sids] == [1, 1]
+        after = [st.read_samples(sid) for sid in sids]
+    for (t0, v0), (t1, v1) in zip(before, after, strict=True):
+        assert t0.tolist() == t1.tolist() and v0.tolist() == v1.tolist()
+
+
 def test_damage_on_the_server_is_skipped_and_flagged_through_http(
     http_server: Server, project: tuple[str, str]
 ) -> None:

@@ -6,7 +6,8 @@ the body is an object of its arguments by name, the answer ``{"result": …}``
 ``_store_methods.METHODS`` are served, each marked read or write (a write needs a write token).
 ``POST /api/v1/ingest`` writes one batch (:meth:`Batch.to_json`, usually gzip-compressed)
 with the store's exactly-once :meth:`~tunescope.store.Store.write` and answers
-``{"trial": id}``.
+``{"trial": id}``; once a batch that ends its trial is answered, the trial's series are
+packed (:func:`_pack`).
 
 Everything is scoped to the principal's project (``_auth.py``): the client names its project
 in the ``Tunescope-Project`` header and a token of another project is refused (403);
@@ -36,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any
 from urllib.parse import unquote
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, BackgroundTasks, Path, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
@@ -228,7 +229,8 @@ def _call(store: Store, scope: _Scope, name: str, raw: bytes) -> Any:
 
 
 @_store_errors
-def _ingest(store: Store, scope: _Scope, raw: bytes) -> int:
+def _ingest(store: Store, scope: _Scope, raw: bytes) -> tuple[int, bool]:
+    """Write the batch in ``raw``: (its trial's id, whether the batch ends the trial)."""
     try:
         batch = Batch.from_json(raw)
     except ValueError as exc:
@@ -239,7 +241,18 @@ def _ingest(store: Store, scope: _Scope, raw: bytes) -> int:
             raise NotFound(f"no trial with key {batch.trial!r}")
     if batch.spec is not None and scope.project is not None:
         batch = batch.with_spec(replace(batch.spec, project=scope.project))
-    return store.write(batch)
+    return store.write(batch), batch.end is not None
+
+
+def _pack(store: Store, trial_id: int) -> None:
+    """Pack the samples an ended trial's series hold pending. A writer packs its own when it
+    closes; the stores of a server live long and may be killed, so a trial's are packed
+    when its end lands (samples that come after it stay pending, which reads include)."""
+    try:
+        for s in store.list_series(trial_id):
+            store.compact(s.id)
+    except StoreError as exc:
+        log.warning("could not pack the series of trial %d: %s", trial_id, exc)
 
 
 # ---------------------------------------------------------------------- bodies
@@ -316,12 +329,14 @@ def store_router(store: Store) -> APIRouter:
         summary="Write one batch, exactly once (samplers and flushers)",
         responses={422: {"description": "a body that is not a batch"}},
     )
-    async def ingest(request: Request) -> Response:
+    async def ingest(request: Request, after: BackgroundTasks) -> Response:
         principal = principal_of(request)
         require_write(principal)
         scope = _scope_of(request, principal, owners)
         raw = await _body(request)
-        trial = await run_in_threadpool(_ingest, store, scope, raw)
+        trial, ended = await run_in_threadpool(_ingest, store, scope, raw)
+        if ended:
+            after.add_task(_pack, store, trial)  # once answered
         return _answer(request, {"trial": trial})
 
     return router

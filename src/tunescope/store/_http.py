@@ -20,8 +20,9 @@ costs one request. :meth:`HttpStore.write` posts the batch, gzip-compressed, to 
   whether they landed is unknown.
 * **Errors** come back as the class the server's store raised (``_wire.CODES``).
 * **Packing.** Samples that batches carry are written by the server's store, which packs
-  them like any writer (when 256 gather, and when it closes); :meth:`HttpStore.close` and
-  ``compact()`` pack the series this store appended to with :meth:`append_samples`.
+  them like any writer (when 256 gather) and packs a trial's series when its end lands;
+  :meth:`HttpStore.close` and ``compact()`` pack the series this store appended to with
+  :meth:`append_samples`.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ class SQLStore(TokensMixin, Store, abc.ABC):
             if self._closed:
                 return
             try:
-                for sid in sorted(self._written):  # only what this writer left pending
+                for sid in self._with_pending(sorted(self._written)):  # what this writer left
                     self.compact(sid)
             finally:
                 self._closed = True
@@ -938,6 +938,26 @@ class SQLStore(TokensMixin, Store, abc.ABC):
             ),
             rows,
         )
+
+    @retrying
+    def _with_pending(self, sids: Sequence[int]) -> list[int]:
+        """Those of ``sids`` with pending samples (a long-lived writer, a server's store, may
+        have written to many series, most of them packed since)."""
+        found: set[int] = set()
+        if sids:
+            with self._tx() as cur:
+                for i in range(0, len(sids), 500):
+                    part = list(sids[i : i + 500])
+                    marks = ", ".join("?" * len(part))
+                    found.update(
+                        int(r[0])
+                        for r in self._q(
+                            cur,
+                            f"SELECT DISTINCT series_id FROM pending WHERE series_id IN ({marks})",
+                            part,
+                        ).fetchall()
+                    )
+        return sorted(found)
 
     @retrying
     def compact(self, series_id: int | None = None) -> None:

@@ -95,6 +95,7 @@ def test_bad_http_urls_are_one_line_config_errors(url: str, why: str) -> None:
 def test_an_http_url_names_server_and_project_and_opening_sends_nothing() -> None:
     assert http_target("https://ts.example.org/vision/") == (True, "ts.example.org", 443, "vision")
     assert http_target("http://[::1]:8000/nlp") == (False, "::1", 8000, "nlp")
+    assert project_of("HTTPS://ts.example.org/vision") == "vision"
     st = open_store(f"http://127.0.0.1:{free_port()}/vision", project="other")
     assert isinstance(st, HttpStore)
     assert st.project == project_of(st.url) == "vision"  # the URL's project, not the argument

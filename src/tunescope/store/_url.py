@@ -155,7 +155,7 @@ def project_of(url: str) -> str:
     """The project a store URL records into: an HTTP store's is the first segment of its path
     (``http://host:port/PROJECT``); for a database, ``$TUNESCOPE_PROJECT`` or ``default``."""
     scheme, _, rest = url.partition("://")
-    if scheme in ("http", "https"):
+    if scheme.lower() in ("http", "https"):
         path = rest.split("/", 1)[1] if "/" in rest else ""
         name = path.split("/", 1)[0].split("?", 1)[0]
         if name:

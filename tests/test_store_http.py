@@ -391,7 +391,7 @@ def test_bad_bodies_are_refused_in_the_one_shape_and_write_nothing(
         ("/api/v1/store/get_trial", b'{"trial_id":"x"}', {}, 422, "invalid", "trial_id"),
         ("/api/v1/store/get_trial", b'{"trial":1}', {}, 422, "invalid", "unknown argument"),
         ("/api/v1/store/list_runs", b"[]", {}, 422, "invalid", "must be an object"),
-        ("/api/v1/store/compact", b"{}", {}, 403, "forbidden", "one project"),
+        ("/api/v1/store/compact", b"{}", {}, 403, "forbidden", "needs a series_id"),
     ]
     for path, body, headers, status, code, words in cases:
         got, answer = _post(app, path, tokens["write"], body, **headers)

@@ -158,7 +158,9 @@ def _scoped(store: Store, scope: _Scope, name: str, args: dict[str, Any]) -> Any
     if name == "get_run" and isinstance(args["run"], int):
         scope.check("run", args["run"])
     elif name == "compact" and args["series_id"] is None and scope.only:
-        raise ApiError(403, "forbidden", "compact every series of one project at a time")
+        raise ApiError(
+            403, "forbidden", "compact needs a series_id: a token packs its project only"
+        )
     elif name == "append_samples":
         for sid in sorted({r[0] for r in args["rows"]}):
             scope.check("series", sid)

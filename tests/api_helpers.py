@@ -21,11 +21,13 @@ def request(
     params: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     json: Any = None,
+    content: bytes | None = None,
     scheme: str = "http",
     raise_app_exceptions: bool = True,
 ) -> httpx.Response:
     """One request through the app in-process; ``host`` replaces the Host header, ``json``
-    is a body sent as JSON, ``scheme`` the one the app sees (``https``: as if over TLS)."""
+    is a body sent as JSON, ``content`` a raw body, ``scheme`` the one the app sees
+    (``https``: as if over TLS)."""
 
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
@@ -34,7 +36,9 @@ def request(
             sent = dict(headers or {})
             if host is not None:
                 sent["Host"] = host
-            return await c.request(method, path, headers=sent, params=params, json=json)
+            return await c.request(
+                method, path, headers=sent, params=params, json=json, content=content
+            )
 
     try:
         asyncio.get_running_loop()

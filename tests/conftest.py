@@ -1,8 +1,10 @@
 """Shared fixtures: a real SQLite file, and a real PostgreSQL schema when
-TUNESCOPE_TEST_POSTGRES names a server (``.ci/run`` sets it)."""
+TUNESCOPE_TEST_POSTGRES names a server (``.ci/run`` sets it); for the contract suite, also
+an HTTP store on a real tunescope server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from collect_helpers import Proc
+from http_helpers import Server, make_token
 from tunescope.store import Store, open_store
 
 PG_URL = os.environ.get("TUNESCOPE_TEST_POSTGRES")
@@ -29,6 +32,10 @@ def _pg_schema_url() -> Iterator[str]:
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+pg_schema = contextlib.contextmanager(_pg_schema_url)
+"""``with pg_schema() as url``: the URL of a fresh PostgreSQL schema, dropped after."""
 
 
 @pytest.fixture(autouse=True)
@@ -50,6 +57,37 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield str(tmp_path / "store.db")
     else:
         yield from _pg_schema_url()
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One tunescope server for the session (uvicorn on a loopback port, tokens required),
+    over a fresh PostgreSQL schema when TUNESCOPE_TEST_POSTGRES is set, else over a SQLite
+    file. Tests keep apart by project: each gets a project of its own."""
+    folder = tmp_path_factory.mktemp("http-server")
+    with contextlib.ExitStack() as stack:
+        db_url = stack.enter_context(pg_schema()) if PG_URL else str(folder / "server.db")
+        server = Server(db_url, folder / "server.log").start()
+        stack.callback(server.stop)
+        yield server
+
+
+@pytest.fixture(params=[*BACKENDS, "http"])
+def any_store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """The URL of an empty store, once per backend and once as an HTTP store: a project of
+    its own on the session's server (:func:`http_server`), with a write token of it in
+    $TUNESCOPE_TOKEN."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "store.db")
+    elif request.param == "postgresql":
+        yield from _pg_schema_url()
+    else:
+        server: Server = request.getfixturevalue("http_server")
+        project = f"p{uuid.uuid4().hex[:10]}"
+        monkeypatch.setenv("TUNESCOPE_TOKEN", make_token(server.db_url, project))
+        yield server.url(project)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ PUBLIC = {
         "CorruptData",
         "NotFound",
         "Conflict",
+        "AccessDenied",
         "CollectError",
         "__version__",
     },

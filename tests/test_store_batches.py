@@ -10,19 +10,28 @@ import numpy as np
 import pytest
 
 from tunescope.errors import NotFound
-from tunescope.store import Batch, PooledStore, Store, TrialEnd, TrialSpec, new_key, open_store
+from tunescope.store import (
+    CHUNK_SAMPLES,
+    Batch,
+    PooledStore,
+    Store,
+    TrialEnd,
+    TrialSpec,
+    new_key,
+    open_store,
+)
 from tunescope.store._batch import EventRow
 
 T0 = 1_700_000_000.0
 
 
 @pytest.fixture(params=["direct", "pooled"])
-def store(store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+def store(any_store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
     """Each backend, as one store and as the server's pool of them: one suite for all."""
     s: Store = (
-        open_store(store_url)
+        open_store(any_store_url)
         if request.param == "direct"
-        else PooledStore(lambda: open_store(store_url), size=3)
+        else PooledStore(lambda: open_store(any_store_url), size=3)
     )
     try:
         yield s
@@ -167,7 +176,7 @@ def test_threads_sharing_one_store_keep_a_series_in_order(store: Store) -> None:
     assert bool(np.all(np.diff(t) > 0)) and sorted(v.tolist()) == v.tolist()
 
 
-def test_two_writers_of_one_trial_each_keep_every_sample(store_url: str) -> None:
+def test_two_writers_of_one_trial_each_keep_every_sample(any_store_url: str) -> None:
     """The sampler and the flusher write one trial from two connections at once (their own
     series, shared trial rows): nothing is lost, and the trial is created once."""
     sp = spec("two")
@@ -175,7 +184,7 @@ def test_two_writers_of_one_trial_each_keep_every_sample(store_url: str) -> None
     errors: list[BaseException] = []
 
     def writer(metric: str) -> None:
-        st = open_store(store_url)
+        st = open_store(any_store_url)
         try:
             for i in range(n):
                 st.write(
@@ -197,9 +206,77 @@ def test_two_writers_of_one_trial_each_keep_every_sample(store_url: str) -> None
     for th in pool:
         th.join()
     assert not errors
-    with open_store(store_url) as st:
+    with open_store(any_store_url) as st:
         (trial,) = st.list_trials(st.get_run("two").id)
         for m in ("cpu.util", "train.throughput"):
             (s,) = st.list_series(trial.id, m)
             assert st.read_samples(s.id)[1].tolist() == [float(i) for i in range(n)]
         assert trial.heartbeat == T0 + n - 1
+
+
+def test_one_batch_appends_merges_and_packs_many_series_at_once(store: Store) -> None:
+    """Each series of a batch takes its own path in the one transaction: a short append stays
+    pending, an append that fills a chunk is packed, and samples older than a series' newest
+    (packed) ones are merged in."""
+    sp = spec()
+    n = CHUNK_SAMPLES + 10
+    first = tuple(("cpu.mem", None, None, T0 + 10 + i, 1.0) for i in range(n))
+    tid = store.write(Batch(sp.key, spec=sp, samples=first))
+    late = (("cpu.mem", None, None, T0 + i, 2.0) for i in range(3))  # before the stored ones
+    full = (("gpu.mem", "0", None, T0 + i, float(i)) for i in range(n))
+    short = (("gpu.mem", "1", None, T0 + i, 3.0) for i in range(4))
+    store.write(Batch(sp.key, samples=(*late, *full, *short)))
+    got = {(s.metric, s.device): s.id for s in store.list_series(tid)}
+    t, v = store.read_samples(got[("cpu.mem", None)])
+    assert t.tolist() == [T0, T0 + 1, T0 + 2, *(T0 + 10 + i for i in range(n))]
+    assert v.tolist() == [2.0] * 3 + [1.0] * n
+    mem, full_id = got[("cpu.mem", None)], got[("gpu.mem", "0")]
+    assert store.series_extent(mem) == (T0, T0 + 10 + n - 1, n + 3)
+    assert store.series_extent(full_id) == (T0, T0 + n - 1, n)
+    for sid in (mem, full_id):  # one chunk each, the rest pending
+        assert [r[3] for r in store._chunk_summaries(sid, -math.inf, math.inf)] == [CHUNK_SAMPLES]
+    assert store.read_samples(got[("gpu.mem", "0")])[1].tolist() == [float(i) for i in range(n)]
+    assert store.read_samples(got[("gpu.mem", "1")])[1].tolist() == [3.0] * 4
+
+
+def test_compacting_while_another_writer_appends_loses_nothing(any_store_url: str) -> None:
+    """A store packs a series (a writer closing, a server packing an ended trial's series)
+    while another one appends to it: every sample is kept, once."""
+    sp = spec()
+    with open_store(any_store_url) as st:
+        tid = st.write(Batch(sp.key, spec=sp))
+        sid = st.series(tid, "cpu.util").id
+    n = 400
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        st = open_store(any_store_url)
+        try:
+            for i in range(n):
+                st.append_samples([(sid, T0 + i, float(i))])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            done.set()
+            st.close()
+
+    def pack() -> None:
+        st = open_store(any_store_url)
+        try:
+            while not done.is_set():
+                st.compact(sid)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            st.close()
+
+    pool = [threading.Thread(target=append), threading.Thread(target=pack)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors
+    with open_store(any_store_url) as st:
+        t, v = st.read_samples(sid)
+    assert t.tolist() == [T0 + i for i in range(n)] and v.tolist() == [float(i) for i in range(n)]

@@ -1,4 +1,5 @@
-"""One suite, every backend: SQLite always, PostgreSQL when TUNESCOPE_TEST_POSTGRES is set."""
+"""One suite, every backend: SQLite always, PostgreSQL when TUNESCOPE_TEST_POSTGRES is set, and
+the HTTP store on a real server."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ T0 = 1_700_000_000.0
 
 
 @pytest.fixture(params=["direct", "pooled"])
-def store(store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+def store(any_store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
     """Each backend, as one store and as the server's pool of them: one suite for all."""
     s: Store = (
-        open_store(store_url)
+        open_store(any_store_url)
         if request.param == "direct"
-        else PooledStore(lambda: open_store(store_url), size=3)
+        else PooledStore(lambda: open_store(any_store_url), size=3)
     )
     try:
         yield s
@@ -222,9 +223,9 @@ def test_scalars(store: Store) -> None:
     assert [s.step for s in loss] == list(range(10)) and loss[1].value == 0.5
 
 
-def test_two_connections_see_each_others_writes(store_url: str) -> None:
-    a = open_store(store_url)
-    b = open_store(store_url)
+def test_two_connections_see_each_others_writes(any_store_url: str) -> None:
+    a = open_store(any_store_url)
+    b = open_store(any_store_url)
     try:
         tid = _trial(a)
         s = a.series(tid, "cpu.util")
@@ -236,9 +237,9 @@ def test_two_connections_see_each_others_writes(store_url: str) -> None:
         b.close()
 
 
-def test_closing_a_reader_leaves_a_writers_pending_samples_alone(store_url: str) -> None:
-    writer = open_store(store_url)
-    reader = open_store(store_url)
+def test_closing_a_reader_leaves_a_writers_pending_samples_alone(any_store_url: str) -> None:
+    writer = open_store(any_store_url)
+    reader = open_store(any_store_url)
     try:
         tid = _trial(writer)
         sid = writer.series(tid, "cpu.util").id
@@ -247,7 +248,7 @@ def test_closing_a_reader_leaves_a_writers_pending_samples_alone(store_url: str)
         reader.close()
         assert writer._chunk_summaries(sid, -math.inf, math.inf) == []
         writer.close()  # the writer packs its own samples
-        with open_store(store_url) as again:
+        with open_store(any_store_url) as again:
             assert len(again._chunk_summaries(sid, -math.inf, math.inf)) == 1
             assert again.read_samples(sid)[1].tolist() == [float(i) for i in range(10)]
     finally:

@@ -1,4 +1,5 @@
-"""Projects and tokens on every SQL backend: run names per project, ownership, token checks."""
+"""Projects and tokens on every SQL backend: run names per project, ownership, token checks.
+(An HTTP store is bound to its token's project: tests/test_store_http.py checks that.)"""
 
 from __future__ import annotations
 

@@ -199,10 +199,11 @@ def test_a_write_stuck_past_the_deadline_does_not_hold_close(
 
 
 def test_unavailable_errors_are_kept_and_others_rejected() -> None:
-    from tunescope.errors import CorruptData, NotFound, SchemaError
+    from tunescope.errors import AccessDenied, CorruptData, NotFound, SchemaError
     from tunescope.store._spool import keeps
 
     assert keeps(StoreUnavailable("down")) and keeps(NotFound("trial not yet"))
+    assert keeps(AccessDenied("no token: set TUNESCOPE_TOKEN"))  # kept until it is set
     assert keeps(SchemaError("newer version")) and not keeps(CorruptData("bad chunk"))
     assert not keeps(StoreError("constraint failed"))
 

@@ -8,6 +8,7 @@ The SDK (``tunescope.run``, ``Run.trial``, ``current_trial``) lives in
 from typing import TYPE_CHECKING, Any
 
 from tunescope.errors import (
+    AccessDenied,
     CollectError,
     ConfigError,
     Conflict,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessDenied",
     "CollectError",
     "ConfigError",
     "Conflict",

@@ -10,7 +10,9 @@ Hierarchy::
     │   ├── SchemaError       the database is corrupt, not ours, or from a newer tunescope
     │   │   └── CorruptData   stored samples that cannot be decoded (one chunk, one series)
     │   ├── NotFound          an id or name that does not exist
-    │   └── Conflict          a name that already exists where names are unique
+    │   ├── Conflict          a name that already exists where names are unique
+    │   └── AccessDenied      a server refuses this client (no token, a wrong or read-only one)
+    │                         or the client cannot trust the server (its certificate)
     └── CollectError          a probe cannot start at all (never raised into training code)
 
 Driver errors (sqlite3, psycopg, NVML) are translated into these at the boundary, so callers
@@ -21,6 +23,7 @@ nothing below the CLI prints.
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "CollectError",
     "ConfigError",
     "Conflict",
@@ -66,6 +69,13 @@ class NotFound(StoreError):
 
 class Conflict(StoreError):
     """A name that already exists where names must be unique."""
+
+
+class AccessDenied(StoreError):
+    """An HTTP store's server refuses this client: no token, an unknown, revoked or expired
+    one, a read token that records, or a token of another project; or the client cannot
+    verify the server's certificate. Nothing of the call was kept; the same call succeeds
+    once the credentials are right, so writers keep what they hold (see ``keeps``)."""
 
 
 class CollectError(TunescopeError):

@@ -184,7 +184,8 @@ StoreOpt = Annotated[
     typer.Option(
         "--store",
         help="Store URL: a SQLite file path (default ./tunescope.db, or "
-        "$TUNESCOPE_STORE) or postgresql://...",
+        "$TUNESCOPE_STORE), postgresql://... or http(s)://HOST:PORT/PROJECT (token in "
+        "$TUNESCOPE_TOKEN)",
         show_default=False,
         callback=not_empty,
     ),

@@ -26,6 +26,7 @@ from tunescope.server._routes import api_router, public_router
 from tunescope.server._security import allowed_names, page_host, secure
 from tunescope.server._session import install_session
 from tunescope.server._static import default_static_dir, mount_page
+from tunescope.server._store_api import store_router
 from tunescope.store import PooledStore, Store, open_store
 
 __all__ = ["POOL_SIZE", "REQUEST_TIMEOUT_S", "create_app", "release_store", "serve"]
@@ -119,6 +120,7 @@ def create_app(
     app.include_router(public_router(store, auth), prefix="/api")
     app.include_router(install_session(authenticator), prefix="/api")
     app.include_router(api_router(store), prefix="/api", dependencies=[Depends(authenticator)])
+    app.include_router(store_router(store), prefix="/api", dependencies=[Depends(authenticator)])
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
     secure(app, allowed_hosts)
     return app

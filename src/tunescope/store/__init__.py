@@ -1,7 +1,8 @@
 """The store: the contract every backend keeps, and :func:`open_store` to pick one by URL.
 
-URLs: a file path or ``sqlite:///PATH`` (the default, ``./tunescope.db``), and
-``postgresql://…`` for a team database. Precedence: the argument, then the
+URLs: a file path or ``sqlite:///PATH`` (the default, ``./tunescope.db``),
+``postgresql://…`` for a team database, and ``http(s)://HOST:PORT/PROJECT`` for a team
+server (the token in ``$TUNESCOPE_TOKEN``). Precedence: the argument, then the
 ``TUNESCOPE_STORE`` environment variable, then the default.
 """
 

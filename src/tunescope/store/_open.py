@@ -27,6 +27,11 @@ def open_store(
     or the server (PostgreSQL) before it raises StoreUnavailable. ``project``: what run names
     refer to (else ``$TUNESCOPE_PROJECT``, else ``default``).
 
+    ``http(s)://HOST:PORT/PROJECT`` opens an :class:`~tunescope.store._http.HttpStore` on a
+    tunescope server with the token in ``$TUNESCOPE_TOKEN``: its project is the URL's
+    (``project`` is not used), the server's store is never created by a client, and nothing
+    is sent until the first call (``readonly`` and ``create`` change nothing).
+
     Raises ConfigError for a URL of an unknown kind or bad form (:func:`check_url`),
     StoreUnavailable when the database cannot be reached now, SchemaError when it is corrupt,
     foreign or from a newer tunescope, StoreError when it cannot be opened at all.
@@ -34,6 +39,10 @@ def open_store(
     target = check_url(url)
     scheme, rest = parse(target)
     project = project or os.environ.get("TUNESCOPE_PROJECT") or "default"
+    if scheme in ("http", "https"):
+        from tunescope.store._http import HttpStore
+
+        return HttpStore(target, timeout=timeout)
     if scheme == "sqlite":
         from tunescope.store._sqlite import SQLiteStore
 

@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tunescope.errors import CorruptData, NotFound, SchemaError, StoreError, StoreUnavailable
+from tunescope.errors import (
+    AccessDenied,
+    CorruptData,
+    NotFound,
+    SchemaError,
+    StoreError,
+    StoreUnavailable,
+)
 from tunescope.store._batch import Batch
 from tunescope.store._url import redact
 
@@ -73,10 +80,11 @@ def spool_dir(url: str, root: Path | None = None) -> Path:
 
 def keeps(exc: BaseException) -> bool:
     """The one policy every writer follows: True when a batch that failed with ``exc`` is
-    kept to try again (the store is unreachable, locked or not usable now, or the trial it
-    names is not there yet: the batch that creates it may still be on its way), False when
-    the store rejects the batch itself (it is set aside in ``rejected/``, never retried)."""
-    if isinstance(exc, (StoreUnavailable, NotFound)):
+    kept to try again (the store is unreachable, locked or not usable now, refuses this
+    client's token, or the trial it names is not there yet: the batch that creates it may
+    still be on its way), False when the store rejects the batch itself (it is set aside in
+    ``rejected/``, never retried)."""
+    if isinstance(exc, (StoreUnavailable, NotFound, AccessDenied)):
         return True
     return isinstance(exc, SchemaError) and not isinstance(exc, CorruptData)
 

@@ -192,7 +192,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             if self._closed:
                 return
             try:
-                for sid in sorted(self._written):  # only what this writer left pending
+                for sid in self._with_pending(sorted(self._written)):  # what this writer left
                     self.compact(sid)
             finally:
                 self._closed = True
@@ -643,8 +643,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 if not (math.isfinite(t) and math.isfinite(v)):
                     raise StoreError(f"sample of {metric} at t={t} is not a finite number: {v}")
                 by_series[self._series_in(cur, tid, metric, device, note)].append((t, v))
-            for sid, samples in by_series.items():
-                self._append_one(cur, sid, samples)
+            self._append(cur, by_series)
             try:
                 self._insert_events(cur, tid, batch.events)
             except (TypeError, ValueError) as exc:
@@ -804,48 +803,74 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         if not count:
             return 0
         with self._lock, self._tx(write=True) as cur:
-            for sid, samples in by_series.items():
-                self._append_one(cur, sid, samples)
+            self._append(cur, by_series)
             self._written.update(by_series)
         return count
 
-    def _append_one(self, cur: Any, sid: int, samples: list[tuple[float, float]]) -> None:
-        """Append to one series. The series' newest stored time is read inside the
-        transaction (with the series row locked where the database allows other writers in
-        at once), so several writers keep one series in order; samples older than it are
-        merged in (:meth:`_merge`)."""
-        arr = np.asarray(samples, dtype=np.float64)
-        order = np.argsort(arr[:, 0], kind="stable")
-        ts, vs = to_stored(arr[order, 0], arr[order, 1])
-        if (
-            self._q(
-                cur, f"SELECT id FROM series WHERE id = ?{self.dialect.for_update}", (sid,)
-            ).fetchone()
-            is None
-        ):
-            raise NotFound(f"no series with id {sid} in {self.url}")
-        row = self._q(
-            cur,
-            "SELECT t_last FROM chunks WHERE series_id = ? ORDER BY t_first DESC LIMIT 1",
-            (sid,),
-        ).fetchone()
-        prow = self._q(
-            cur, "SELECT MAX(t), COUNT(*) FROM pending WHERE series_id = ?", (sid,)
-        ).fetchone()
-        last = max(x for x in (row and row[0], prow[0], -math.inf) if x is not None)
-        pending_n = int(prow[1])
-        if ts[0] < last:
-            self._merge(cur, sid, ts, vs)
+    def _append(self, cur: Any, by_series: dict[int, list[tuple[float, float]]]) -> None:
+        """Append to several series in a few statements, whatever their number. The series
+        rows are locked first, in id order (where the database allows other writers in at
+        once), then each series' newest stored time is read inside the transaction, so
+        several writers keep one series in order; samples older than it are merged in
+        (:meth:`_merge`). New samples that leave a series under a chunk's worth are inserted
+        as pending rows, of every series at once."""
+        sids = sorted(by_series)
+        if not sids:
             return
-        if pending_n + len(ts) < CHUNK_SAMPLES:
-            self._insert_pending(cur, sid, ts, vs)
-            return
-        if pending_n:
-            pt, pv = self._pending_in(cur, sid, -math.inf, math.inf)
-            ts = np.concatenate([pt, ts])
-            vs = np.concatenate([pv, vs])
-            self._q(cur, "DELETE FROM pending WHERE series_id = ?", (sid,))
-        self._pack(cur, sid, ts, vs)
+        locked: set[int] = set()
+        newest: dict[int, float] = {}
+        pending: dict[int, tuple[float, int]] = {}
+        for i in range(0, len(sids), 500):
+            part = sids[i : i + 500]
+            marks = ", ".join("?" * len(part))
+            locked.update(
+                int(r[0])
+                for r in self._q(
+                    cur,
+                    f"SELECT id FROM series WHERE id IN ({marks}) ORDER BY id"
+                    f"{self.dialect.for_update}",
+                    part,
+                ).fetchall()
+            )
+            for sid, t_last in self._q(
+                cur,
+                "SELECT s.id, (SELECT c.t_last FROM chunks c WHERE c.series_id = s.id "
+                f"ORDER BY c.t_first DESC LIMIT 1) FROM series s WHERE s.id IN ({marks})",
+                part,
+            ).fetchall():
+                if t_last is not None:
+                    newest[int(sid)] = float(t_last)
+            for sid, t_max, n in self._q(
+                cur,
+                "SELECT series_id, MAX(t), COUNT(*) FROM pending "
+                f"WHERE series_id IN ({marks}) GROUP BY series_id",
+                part,
+            ).fetchall():
+                pending[int(sid)] = (float(t_max), int(n))
+        missing = [sid for sid in sids if sid not in locked]
+        if missing:
+            raise NotFound(f"no series with id {missing[0]} in {self.url}")
+        rows: list[tuple[int, float, float]] = []
+        for sid in sids:
+            arr = np.asarray(by_series[sid], dtype=np.float64)
+            order = np.argsort(arr[:, 0], kind="stable")
+            ts, vs = to_stored(arr[order, 0], arr[order, 1])
+            p_last, pending_n = pending.get(sid, (-math.inf, 0))
+            if ts[0] < max(newest.get(sid, -math.inf), p_last):
+                self._merge(cur, sid, ts, vs)
+            elif pending_n + len(ts) < CHUNK_SAMPLES:
+                rows.extend(zip([sid] * len(ts), ts.tolist(), vs.tolist(), strict=True))
+            else:
+                if pending_n:
+                    pt, pv = self._pending_in(cur, sid, -math.inf, math.inf)
+                    ts = np.concatenate([pt, ts])
+                    vs = np.concatenate([pv, vs])
+                    self._q(cur, "DELETE FROM pending WHERE series_id = ?", (sid,))
+                self._pack(cur, sid, ts, vs)
+        if rows:
+            cur.executemany(
+                self._sql("INSERT INTO pending (series_id, t, value) VALUES (?, ?, ?)"), rows
+            )
 
     def _pack(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
         """Write sorted samples as whole chunks, the rest as pending rows."""
@@ -917,6 +942,26 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         )
 
     @retrying
+    def _with_pending(self, sids: Sequence[int]) -> list[int]:
+        """Those of ``sids`` with pending samples (a long-lived writer, a server's store, may
+        have written to many series, most of them packed since)."""
+        found: set[int] = set()
+        if sids:
+            with self._tx() as cur:
+                for i in range(0, len(sids), 500):
+                    part = list(sids[i : i + 500])
+                    marks = ", ".join("?" * len(part))
+                    found.update(
+                        int(r[0])
+                        for r in self._q(
+                            cur,
+                            f"SELECT DISTINCT series_id FROM pending WHERE series_id IN ({marks})",
+                            part,
+                        ).fetchall()
+                    )
+        return sorted(found)
+
+    @retrying
     def compact(self, series_id: int | None = None) -> None:
         with self._tx(write=True) as cur:
             if series_id is None:
@@ -926,7 +971,10 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 ]
             else:
                 sids = [_sql_int(series_id)]
-            for sid in sids:
+            for sid in sorted(sids):
+                # the series row is locked first, as appends lock it: a sample another writer
+                # appends meanwhile is either read here or waits for the commit
+                self._q(cur, f"SELECT id FROM series WHERE id = ?{self.dialect.for_update}", (sid,))
                 ts, vs = self._pending_in(cur, sid, -math.inf, math.inf)
                 if len(ts):
                     self._write_chunks(cur, sid, ts, vs)

@@ -1,5 +1,8 @@
 """Store URLs: which backend a URL names, and the URL as it may be shown.
 
+An HTTP store is ``http://HOST:PORT/PROJECT`` or ``https://…`` (a tunescope server; the path
+names the project, and the token comes from ``$TUNESCOPE_TOKEN``, never from the URL).
+
 A password may be part of a PostgreSQL URL (``postgresql://user:secret@host/db`` or
 ``?password=secret``). It is used to connect and nowhere else: :func:`redact` is what every
 message, log line, API answer and spool file shows. Better still, keep it out of the URL:
@@ -21,6 +24,7 @@ __all__ = [
     "absolute_url",
     "check_url",
     "display",
+    "http_target",
     "os_user",
     "parse",
     "project_of",
@@ -42,8 +46,9 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
 
 
 def parse(target: str) -> tuple[str, str]:
-    """(scheme, rest): ``sqlite`` and a literal file path, ``postgresql`` and the URL, or an
-    unknown scheme as given. A string without ``://`` is a file path, whatever it holds."""
+    """(scheme, rest): ``sqlite`` and a literal file path, ``postgresql``, ``http`` or
+    ``https`` and the URL, or an unknown scheme as given. A string without ``://`` is a file
+    path, whatever it holds."""
     scheme, sep, rest = target.partition("://")
     if not sep:
         if target.startswith("sqlite:"):
@@ -54,6 +59,8 @@ def parse(target: str) -> tuple[str, str]:
         return "sqlite", rest[1:] if rest.startswith("/") else rest
     if scheme in ("postgresql", "postgres"):
         return "postgresql", target
+    if scheme.lower() in ("http", "https"):
+        return scheme.lower(), target
     return scheme, target
 
 
@@ -61,7 +68,8 @@ def check_url(url: str | os.PathLike[str] | None = None) -> str:
     """The store URL to use (:func:`resolve_url`), checked for form without opening anything.
 
     Raises ConfigError for a URL of an unknown kind, a SQLite URL that names no file, a
-    PostgreSQL URL that names nothing (``postgresql://``) or a port that is not a number
+    PostgreSQL URL that names nothing (``postgresql://``), an HTTP URL that is not
+    ``http(s)://HOST[:PORT]/PROJECT`` (:func:`http_target`) or a port that is not a number
     from 1 to 65535."""
     target = resolve_url(url)
     scheme, rest = parse(target)
@@ -70,12 +78,46 @@ def check_url(url: str | os.PathLike[str] | None = None) -> str:
             raise ConfigError(f"store URL {target!r} names no file")
     elif scheme == "postgresql":
         _check_postgres(target)
+    elif scheme in ("http", "https"):
+        http_target(target)
     else:
         raise ConfigError(
-            f"unknown store URL {redact(target)!r}: use a file path, sqlite:///PATH or "
-            "postgresql://USER@HOST/DB"
+            f"unknown store URL {redact(target)!r}: use a file path, sqlite:///PATH, "
+            "postgresql://USER@HOST/DB or http(s)://HOST:PORT/PROJECT"
         )
     return target
+
+
+def http_target(url: str) -> tuple[bool, str, int, str]:
+    """(TLS, host, port, project) of an HTTP store URL ``http(s)://HOST[:PORT]/PROJECT``
+    (port 80 or 443 by default; the project is the path's one segment, as written).
+    ConfigError, in one line, for anything else: no host, a bad port, no project or more
+    than one segment, a query or fragment, or credentials in the URL (the token belongs in
+    ``$TUNESCOPE_TOKEN``)."""
+    shown = redact(url)
+    form = "use http(s)://HOST:PORT/PROJECT"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"bad store URL {shown!r}: {exc}; {form}") from None
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"store URL {shown!r} carries credentials: put the token in $TUNESCOPE_TOKEN, "
+            "never in the URL"
+        )
+    if not parts.hostname:
+        raise ConfigError(f"store URL {shown!r} names no server: {form}")
+    if port == 0:
+        raise ConfigError(f"bad store URL {shown!r}: port 0 is not 1 to 65535")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"store URL {shown!r} has a query or fragment: {form}")
+    segments = parts.path.strip("/").split("/")
+    if len(segments) != 1 or not segments[0].strip() or "//" in parts.path:
+        raise ConfigError(f"store URL {shown!r} must name one project: {form}")
+    tls = parts.scheme.lower() == "https"
+    host = parts.hostname
+    return tls, host, port if port is not None else (443 if tls else 80), segments[0]
 
 
 def _check_postgres(url: str) -> None:
@@ -113,7 +155,7 @@ def project_of(url: str) -> str:
     """The project a store URL records into: an HTTP store's is the first segment of its path
     (``http://host:port/PROJECT``); for a database, ``$TUNESCOPE_PROJECT`` or ``default``."""
     scheme, _, rest = url.partition("://")
-    if scheme in ("http", "https"):
+    if scheme.lower() in ("http", "https"):
         path = rest.split("/", 1)[1] if "/" in rest else ""
         name = path.split("/", 1)[0].split("?", 1)[0]
         if name:

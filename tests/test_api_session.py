@@ -175,13 +175,20 @@ def test_bad_logins(team: tuple[FastAPI, dict[str, str]]) -> None:
 
 
 def test_a_revoked_token_ends_its_session(
-    team: tuple[FastAPI, dict[str, str]], store_file: str
+    team: tuple[FastAPI, dict[str, str]], store_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A server remembers a good token a few seconds (TOKEN_CACHE_S), so a revocation takes
+    effect once that time is past."""
+    from tunescope.server import _auth
+
+    monkeypatch.setattr(_auth, "TOKEN_CACHE_S", 3600.0)
     app, tokens = team
     headers = session_headers(login(app, tokens["vision"]), csrf=False)
     assert request(app, "/api/runs", headers=headers).status_code == 200
     with open_store(store_file) as st:
         assert isinstance(st, SQLStore)
         st.revoke_token(next(t.id for t in st.list_tokens("vision")))
+    assert request(app, "/api/runs", headers=headers).status_code == 200  # still remembered
+    monkeypatch.setattr(_auth, "TOKEN_CACHE_S", 0.0)  # ... until the time is past
     r = request(app, "/api/runs", headers=headers)
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"

@@ -61,6 +61,7 @@ PUBLIC = {
         "display",
         "redact",
         "absolute_url",
+        "token_digest",
         "os_user",
         "project_of",
         "check_url",

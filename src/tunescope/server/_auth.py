@@ -25,11 +25,13 @@ from typing import Any, Literal
 from fastapi import Request
 
 from tunescope.server._errors import ApiError
+from tunescope.store import token_digest as digest
 
 __all__ = [
     "FAILURE_WINDOW_S",
     "LOCAL",
     "MAX_FAILURES",
+    "TOKEN_CACHE_S",
     "Authenticator",
     "Mode",
     "Principal",
@@ -40,6 +42,9 @@ __all__ = [
 Mode = Literal["local", "tokens"]
 
 MAX_FAILURES = 10
+TOKEN_CACHE_S = 5.0
+"""How long a server remembers that a token checked out (a revocation takes effect within
+this time)."""
 FAILURE_WINDOW_S = 60.0
 
 
@@ -102,6 +107,8 @@ class Authenticator:
         self.store = store
         self.mode = mode
         self._failures = _Failures()
+        self._recent: dict[str, tuple[float, Any]] = {}
+        self._recent_lock = threading.Lock()
         self.session_token: Callable[[Request], str | None] | None = None
         """Where a request without a bearer header keeps its token: the page's session
         cookie (set by ``_session.py``), None when there is no such place."""
@@ -119,6 +126,25 @@ class Authenticator:
             secret = self.session_token(request)
         return self.check(request, secret)
 
+    def _checked(self, secret: str, now: float) -> Any:
+        """The store's check of ``secret``, remembered for :data:`TOKEN_CACHE_S` seconds (by
+        digest; a failed check is never remembered): a client sending a batch a second costs
+        one token query every few seconds, and a revoked token is refused within that time."""
+        key = digest(secret)
+        with self._recent_lock:
+            hit = self._recent.get(key)
+        if hit is not None and now - hit[0] < TOKEN_CACHE_S and hit[1].usable():
+            return hit[1]
+        info = self.store.check_token(secret)
+        with self._recent_lock:
+            if info is None:
+                self._recent.pop(key, None)
+            else:
+                if len(self._recent) > 10_000:
+                    self._recent.clear()
+                self._recent[key] = (now, info)
+        return info
+
     def check(self, request: Request, secret: str | None) -> Principal:
         """The principal of token ``secret`` (None: none given), sent by ``request``'s client:
         429 while that client is blocked, 401 for no token or a token that is not usable now
@@ -135,7 +161,7 @@ class Authenticator:
             )
         if secret is None:
             raise unauthorized("this server needs a token: Authorization: Bearer <token>")
-        info = self.store.check_token(secret)
+        info = self._checked(secret, now)
         if info is None:
             self._failures.note(client, now)
             raise unauthorized("the token is unknown, revoked or expired")

@@ -34,6 +34,7 @@ from tunescope.store._model import (
 from tunescope.store._open import open_store
 from tunescope.store._pool import PooledStore
 from tunescope.store._spool import ReplayStats, keeps, pending, replay, spool_dir, spool_root
+from tunescope.store._tokens import digest as token_digest
 from tunescope.store._url import (
     DEFAULT_STORE,
     absolute_url,
@@ -85,4 +86,5 @@ __all__ = [
     "resolve_url",
     "spool_dir",
     "spool_root",
+    "token_digest",
 ]

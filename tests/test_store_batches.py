@@ -127,6 +127,33 @@ def test_series_notes_are_kept_from_the_first_sample_that_gives_one(store: Store
     assert store.read_samples(s.id)[1].tolist() == [1.0, 2.0, 3.0]
 
 
+def test_a_first_batch_naming_many_series_makes_each_once(store: Store) -> None:
+    """A trial's first batch names every metric of every GPU (the server creates them in a
+    few statements): each series once, the device kept apart from "no device", and within
+    one batch too the first note given wins."""
+    sp = spec()
+    metrics = [f"m{i}" for i in range(40)]
+    rows = [(m, d, None, T0, float(i)) for i, m in enumerate(metrics) for d in (None, "0", "1")]
+    rows += [
+        ("gpu.mem", "0", None, T0, 1.0),
+        ("gpu.mem", "0", "first", T0 + 1, 2.0),
+        ("gpu.mem", "0", "second", T0 + 2, 3.0),
+    ]
+    tid = store.write(Batch(sp.key, spec=sp, samples=tuple(rows)))
+    series = store.list_series(tid)
+    assert len(series) == 40 * 3 + 1
+    assert {(s.metric, s.device) for s in series} == {
+        (m, d) for m in metrics for d in (None, "0", "1")
+    } | {("gpu.mem", "0")}
+    (gm,) = store.list_series(tid, "gpu.mem")
+    assert gm.note == "first" and store.read_samples(gm.id)[1].tolist() == [1.0, 2.0, 3.0]
+    again = tuple((m, d, None, T0 + 5, v) for m, d, _n, _t, v in rows if m != "gpu.mem")
+    store.write(Batch(sp.key, samples=again))
+    assert len(store.list_series(tid)) == 40 * 3 + 1
+    m7 = next(s for s in series if s.metric == "m7" and s.device == "1")
+    assert store.read_samples(m7.id)[1].tolist() == [7.0, 7.0]
+
+
 def test_a_failed_batch_keeps_nothing_and_can_be_sent_again(store: Store) -> None:
     sp = spec()
     bad = Batch(

@@ -638,11 +638,13 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 == 0
             ):
                 return tid  # another connection wrote it meanwhile
-            by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
-            for metric, device, note, t, v in batch.samples:
+            for metric, _device, _note, t, v in batch.samples:
                 if not (math.isfinite(t) and math.isfinite(v)):
                     raise StoreError(f"sample of {metric} at t={t} is not a finite number: {v}")
-                by_series[self._series_in(cur, tid, metric, device, note)].append((t, v))
+            ids = self._series_ids_in(cur, tid, [(m, d, n) for m, d, n, _t, _v in batch.samples])
+            by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
+            for metric, device, _note, t, v in batch.samples:
+                by_series[ids[(metric, device or "")]].append((t, v))
             self._append(cur, by_series)
             try:
                 self._insert_events(cur, tid, batch.events)
@@ -723,36 +725,60 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         self, cur: Any, trial_id: int, metric: str, device: str | None, note: str | None
     ) -> int:
         """The id of the series (trial, metric, device), created if new; ``note`` is kept from
-        the first call that gives one. Only series found already committed are cached."""
-        dev = device or ""
-        key = (trial_id, metric, dev)
-        known = self._series_ids.get(key)
-        if known is not None and (note is None or known[1]):
-            return known[0]
-        row = self._q(
-            cur,
-            "SELECT id, note FROM series WHERE trial_id = ? AND metric = ? AND device = ?",
-            (trial_id, metric, dev),
-        ).fetchone()
-        if row is None:
+        the first call that gives one."""
+        return self._series_ids_in(cur, trial_id, [(metric, device, note)])[(metric, device or "")]
+
+    def _series_ids_in(
+        self, cur: Any, trial_id: int, wanted: Sequence[tuple[str, str | None, str | None]]
+    ) -> dict[tuple[str, str], int]:
+        """The ids of the series (metric, device or "") of ``wanted`` (metric, device, note)
+        rows of one trial, creating the new ones; a note is kept from the first row that gives
+        one. A few statements whatever their number (a trial's first batch names every metric
+        of every GPU). Only series found already committed are cached."""
+        first: dict[tuple[str, str], str | None] = {}
+        for metric, device, note in wanted:
+            key = (metric, device or "")
+            if first.get(key) is None:
+                first[key] = note
+        out: dict[tuple[str, str], int] = {}
+        notes: dict[tuple[str, str], str | None] = {}
+        for key, note in first.items():
+            known = self._series_ids.get((trial_id, *key))
+            if known is not None and (note is None or known[1]):
+                out[key] = known[0]
+            else:
+                notes[key] = note
+        if not notes:
+            return out
+
+        def stored() -> dict[tuple[str, str], tuple[int, bool]]:
+            rows = self._q(
+                cur, "SELECT metric, device, id, note FROM series WHERE trial_id = ?", (trial_id,)
+            ).fetchall()
+            return {(r[0], r[1]): (int(r[2]), r[3] is not None) for r in rows}
+
+        have = stored()
+        for key, (sid, has_note) in have.items():
+            if key in notes:
+                self._series_ids[(trial_id, *key)] = (sid, has_note)
+        missing = [key for key in notes if key not in have]
+        if missing:
             if self._q(cur, "SELECT 1 FROM trials WHERE id = ?", (trial_id,)).fetchone() is None:
                 raise NotFound(f"no trial with id {trial_id} in {self.url}")
-            self._q(
-                cur,
-                "INSERT INTO series (trial_id, metric, device, note) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (trial_id, metric, device) DO NOTHING",
-                (trial_id, metric, dev, note),
+            cur.executemany(
+                self._sql(
+                    "INSERT INTO series (trial_id, metric, device, note) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (trial_id, metric, device) DO NOTHING"
+                ),
+                [(trial_id, m, d, notes[(m, d)]) for m, d in missing],
             )
-            row = self._q(
-                cur,
-                "SELECT id, note FROM series WHERE trial_id = ? AND metric = ? AND device = ?",
-                (trial_id, metric, dev),
-            ).fetchone()
-        else:
-            self._series_ids[key] = (int(row[0]), row[1] is not None)
-            if note is not None and row[1] is None:
-                self._q(cur, "UPDATE series SET note = ? WHERE id = ?", (note, row[0]))
-        return int(row[0])
+            have = stored()
+        for key, note in notes.items():
+            sid, has_note = have[key]
+            if note is not None and not has_note:
+                self._q(cur, "UPDATE series SET note = ? WHERE id = ?", (note, sid))
+            out[key] = sid
+        return out
 
     @retrying
     def series(

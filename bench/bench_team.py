@@ -5,14 +5,15 @@ server started here. Two phases:
 
 1. **Ingest under page load**: 64 trials record every metric of the catalog (GPU metrics on
    two GPUs) at 1 Hz for ``TEAM_SECONDS`` (default 120) through ``http://…/PROJECT`` store
-   URLs: per trial, one writer as its sampler would (the hardware series and the heartbeat)
+   URLs from four producer processes (16 trials each, as four nodes would): per trial, one
+   writer as its sampler would (the hardware series and the heartbeat)
    and one as its flusher would (an optimizer step, a scalar and the train.* series). Meanwhile
    10 page clients poll live trials (series windows and events, once a second each). Printed:
    samples written / kept / duplicated (every series read back), ingest p50/p99 (one batch a
    request), page p50/p99, and the server's CPU per 1,000 samples/s ingested.
 2. **One long trial, many readers**: a 24-hour trial at 1 Hz (six series) and 50 page clients
-   asking for windows of it (the whole day, a random hour, a random minute) for 30 s. Printed:
-   p50/p99.
+   asking for windows of it (the whole day, a random hour, a random minute), each waiting a
+   second between windows as a person zooming would, for 30 s. Printed: p50/p99.
 
 Targets (the issue): lost 0, duplicated 0, ingest p99 ≤ 250 ms, page p99 ≤ 500 ms, 50 clients
 on one 24 h trial p99 ≤ 1 s.
@@ -21,6 +22,7 @@ on one 24 h trial p99 ≤ 1 s.
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import random
 import subprocess
@@ -39,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from pg_cluster import PrivateCluster, available  # noqa: E402
+from tunescope.errors import NotFound  # noqa: E402
 from tunescope.metrics import CATALOG, GIB  # noqa: E402
 from tunescope.store import Batch, TrialSpec, Writer, new_key, open_store  # noqa: E402
 from tunescope.store._sql import SQLStore  # noqa: E402
@@ -50,7 +53,10 @@ DAY_CLIENTS = 50
 DAY_SECONDS = 30.0
 PROJECT = "bench"
 GPU_METRICS = [m.key for m in CATALOG if m.scope == "gpu"]
-TRIAL_METRICS = [m.key for m in CATALOG if m.scope in ("trial", "host")]
+SAMPLER_METRICS = [m.key for m in CATALOG if m.scope in ("trial", "host") and m.source != "sdk"]
+SDK_METRICS = [m.key for m in CATALOG if m.source == "sdk"]
+PRODUCERS = 4
+THINK_S = 1.0
 
 
 def _free_port() -> int:
@@ -104,19 +110,51 @@ def _get(port: int, token: str, path: str, conn: list[http.client.HTTPConnection
     return time.perf_counter() - t
 
 
-def phase_ingest(url: str, port: int, write_token: str, read_token: str) -> dict[str, Any]:
-    os.environ["TUNESCOPE_TOKEN"] = write_token
+def produce(url: str, first: int, count: int, out: str) -> None:
+    """One producer process: trials ``first``..``first+count-1`` of the run, each with a
+    sampler's writer and a flusher's writer, as ``tunescope run`` and the SDK would on one
+    node. Says "ready" on stdout, then reads the start time from stdin and writes for SECONDS
+    from then. Writes what it produced and its write latencies to ``out`` (JSON)."""
+    print("ready", flush=True)
+    t0 = float(sys.stdin.readline())
     lock = threading.Lock()
     ingest: list[float] = []
     specs = [
         TrialSpec(key=new_key(), run="team-load", name=f"t{i:02d}", project=PROJECT,
-                  start=time.time(), interval=1.0)
-        for i in range(TRIALS)
+                  start=t0, interval=1.0)
+        for i in range(first, first + count)
     ]  # fmt: skip
     factory: Callable[[str], Any] = lambda u: Timed(open_store(u), ingest, lock)  # noqa: E731
     samplers = [Writer(url, spec=s, name=f"s{s.name}", store_factory=factory) for s in specs]
     flushers = [Writer(url, spec=s, name=f"f{s.name}", store_factory=factory) for s in specs]
-    written = 0
+    produced = 0
+    k = 0
+    while t0 + k < t0 + SECONDS:
+        for i, spec in enumerate(specs):
+            # trials start at different moments, so each ticks at its own phase of the second
+            now = t0 + k + (first + i) / TRIALS
+            time.sleep(max(0.0, now - time.time()))
+            rows = [(m, None, None, now, float(i + k % 50)) for m in SAMPLER_METRICS]
+            rows += [(m, d, None, now, float(k % 90)) for m in GPU_METRICS for d in ("0", "1")]
+            samplers[i].put(Batch(spec.key, samples=tuple(rows), heartbeat=now))
+            sdk = tuple((m, None, None, now, 0.3) for m in SDK_METRICS)
+            flushers[i].put(
+                Batch(
+                    spec.key,
+                    samples=sdk,
+                    events=(("optimizer_step", now, "AdamW", k + 1, None, None, None),),
+                    scalars=(("loss", k, now, 1.0 / (k + 1)),),
+                )
+            )
+            produced += len(rows) + len(sdk)
+        k += 1
+    for w in samplers + flushers:
+        w.close(60)
+    Path(out).write_text(json.dumps({"produced": produced, "ingest": ingest}))
+
+
+def phase_ingest(url: str, port: int, write_token: str, read_token: str) -> dict[str, Any]:
+    lock = threading.Lock()
     stop = threading.Event()
     page: list[float] = []
     ids: list[int] = []
@@ -144,46 +182,56 @@ def phase_ingest(url: str, port: int, write_token: str, read_token: str) -> dict
                     print(f"  page error: {exc}", file=sys.stderr)
             stop.wait(1.0)
 
-    pollers = [threading.Thread(target=poll, args=(k,), daemon=True) for k in range(PAGE_CLIENTS)]
-    for p in pollers:
-        p.start()
     server_pid = int(os.environ["TEAM_SERVER_PID"])
     proc = psutil.Process(server_pid)
+    outs = [f"{os.environ['TUNESCOPE_SPOOL']}-producer{p}.json" for p in range(PRODUCERS)]
+    per = TRIALS // PRODUCERS
+    env = dict(os.environ, TUNESCOPE_TOKEN=write_token)
+    producers = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--produce", url, str(p * per), str(per), out],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for p, out in enumerate(outs)
+    ]
+    for pr in producers:
+        assert pr.stdout is not None and pr.stdout.readline().strip() == "ready"
+    t0 = time.time() + 1.0
+    for pr in producers:
+        assert pr.stdin is not None
+        pr.stdin.write(f"{t0!r}\n")
+        pr.stdin.close()
+    pollers = [threading.Thread(target=poll, args=(k,), daemon=True) for k in range(PAGE_CLIENTS)]
+    for th in pollers:
+        th.start()
+    time.sleep(max(0.0, t0 - time.time()))
     cpu0 = sum(proc.cpu_times()[:2])
-    t0 = time.time()
-    k = 0
-    produced = 0
-    while time.time() < t0 + SECONDS:
-        now = t0 + k
-        for i, spec in enumerate(specs):
-            rows = [(m, None, None, now, float(i + k % 50)) for m in TRIAL_METRICS]
-            rows += [(m, d, None, now, float(k % 90)) for m in GPU_METRICS for d in ("0", "1")]
-            samplers[i].put(Batch(spec.key, samples=tuple(rows), heartbeat=now))
-            flushers[i].put(
-                Batch(
-                    spec.key,
-                    samples=(
-                        ("train.throughput", None, None, now, 3.0),
-                        ("train.step_time", None, None, now, 0.3),
-                    ),
-                    events=(("optimizer_step", now, "AdamW", k + 1, None, None, None),),
-                    scalars=(("loss", k, now, 1.0 / (k + 1)),),
-                )
-            )
-            produced += len(rows) + 2
-        if k == 3 and not ids:
-            with open_store(os.environ["TEAM_PG"], project=PROJECT) as st:
-                ids.extend(t.id for t in st.list_trials(st.get_run("team-load").id))
-        k += 1
-        time.sleep(max(0.0, t0 + k - time.time()))
-    for w in samplers + flushers:
-        w.close(60)
+    while not ids and time.time() < t0 + 30:
+        time.sleep(1.0)
+        with open_store(os.environ["TEAM_PG"], project=PROJECT) as st:
+            try:
+                found = st.list_trials(st.get_run("team-load").id)
+            except NotFound:
+                continue
+            if len(found) == TRIALS:
+                ids.extend(t.id for t in found)
+    for pr in producers:
+        if pr.wait() != 0:
+            raise RuntimeError(f"a producer failed: exit {pr.returncode}")
     elapsed = time.time() - t0
     cpu = sum(proc.cpu_times()[:2]) - cpu0
     stop.set()
-    for p in pollers:
-        p.join(10)
-    written = produced
+    for th in pollers:
+        th.join(10)
+    written = 0
+    ingest: list[float] = []
+    for out in outs:
+        got = json.loads(Path(out).read_text())
+        written += int(got["produced"])
+        ingest += got["ingest"]
     kept = dup = 0
     with open_store(os.environ["TEAM_PG"], project=PROJECT) as st:
         run = st.get_run("team-load")
@@ -248,6 +296,7 @@ def phase_day(pg_url: str, port: int, read_token: str) -> list[float]:
                 print(f"  day error: {exc}", file=sys.stderr)
             with lock:
                 lat.append(d)
+            time.sleep(THINK_S)  # a person reading the chart before the next zoom
 
     threads = [threading.Thread(target=reader, args=(k,)) for k in range(DAY_CLIENTS)]
     for th in threads:
@@ -326,4 +375,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--produce"]:
+        a = sys.argv[2:]
+        produce(a[0], int(a[1]), int(a[2]), a[3])
+        sys.exit(0)
     sys.exit(main())

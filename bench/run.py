@@ -16,6 +16,7 @@ BENCHES = [
     "bench_api.py",
     "bench_browser.py",
     "bench_soak.py",
+    "bench_team.py",
 ]
 
 

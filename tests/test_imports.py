@@ -43,15 +43,16 @@ def test_import_pulls_in_no_heavy_library(module: str) -> None:
     assert out == "", f"import {module} imported {out}"
 
 
-# shared leaf modules every part may import: the exception root, the one log-once helper and
-# the sampler protocol (written once for the processes on both of its sides)
-SHARED = {"errors", "_once", "_protocol"}
+# shared leaf modules every part may import: the exception root, the one log-once helper, the
+# one bounded cache and the sampler protocol (written once for the processes on both sides)
+SHARED = {"errors", "_once", "_kept", "_protocol"}
 
 # part -> parts of ours it may import (design.md, "Parts"), besides SHARED
 ALLOWED = {
     "metrics": set(),
     "errors": set(),
     "_once": set(),
+    "_kept": set(),
     "_protocol": set(),
     "store": {"metrics"},
     "collect": {"metrics", "store"},

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from fastapi import Request
 
+from tunescope._kept import Kept
 from tunescope.server._errors import ApiError
 from tunescope.store import token_digest as digest
 
@@ -46,6 +47,8 @@ TOKEN_CACHE_S = 5.0
 """How long a server remembers that a token checked out (a revocation takes effect within
 this time)."""
 FAILURE_WINDOW_S = 60.0
+_CLIENTS_KEPT = 10_000
+"""Clients (by address) and tokens remembered: the least recently seen are forgotten."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class _Failures:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: dict[str, deque[float]] = {}
+        self._seen: Kept[str, deque[float]] = Kept(_CLIENTS_KEPT)
 
     def blocked_for(self, client: str, now: float) -> float:
         with self._lock:
@@ -94,10 +97,7 @@ class _Failures:
 
     def note(self, client: str, now: float) -> None:
         with self._lock:
-            self._seen.setdefault(client, deque()).append(now)
-            if len(self._seen) > 10_000:  # bounded: forget the oldest clients
-                for k in list(self._seen)[:1000]:
-                    del self._seen[k]
+            self._seen.setdefault(client, deque).append(now)
 
 
 class Authenticator:
@@ -107,8 +107,7 @@ class Authenticator:
         self.store = store
         self.mode = mode
         self._failures = _Failures()
-        self._recent: dict[str, tuple[float, Any]] = {}
-        self._recent_lock = threading.Lock()
+        self._recent: Kept[str, tuple[float, Any]] = Kept(_CLIENTS_KEPT)
         self.session_token: Callable[[Request], str | None] | None = None
         """Where a request without a bearer header keeps its token: the page's session
         cookie (set by ``_session.py``), None when there is no such place."""
@@ -131,18 +130,14 @@ class Authenticator:
         digest; a failed check is never remembered): a client sending a batch a second costs
         one token query every few seconds, and a revoked token is refused within that time."""
         key = digest(secret)
-        with self._recent_lock:
-            hit = self._recent.get(key)
+        hit = self._recent.get(key)
         if hit is not None and now - hit[0] < TOKEN_CACHE_S and hit[1].usable():
             return hit[1]
         info = self.store.check_token(secret)
-        with self._recent_lock:
-            if info is None:
-                self._recent.pop(key, None)
-            else:
-                if len(self._recent) > 10_000:
-                    self._recent.clear()
-                self._recent[key] = (now, info)
+        if info is None:
+            self._recent.pop(key)
+        else:
+            self._recent.put(key, (now, info))
         return info
 
     def check(self, request: Request, secret: str | None) -> Principal:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tunescope._kept import Kept
 from tunescope.analyze import SEVERITIES, Finding, findings_for_trial
 from tunescope.errors import NotFound
 from tunescope.metrics import CATALOG
@@ -187,14 +188,13 @@ class RunSummaries:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._lock = threading.Lock()
-        self._peaks: dict[int, float | None] = {}
+        self._peaks: Kept[int, tuple[float | None]] = Kept(PEAKS_KEPT)
 
     def trial_peak(self, trial: TrialInfo) -> float | None:
         """Highest gpu.mem sample of the trial on any GPU, bytes; None without GPU series."""
-        with self._lock:
-            if trial.id in self._peaks:
-                return self._peaks[trial.id]
+        kept = self._peaks.get(trial.id)
+        if kept is not None:
+            return kept[0]
         peaks = [
             p
             for p in (
@@ -204,8 +204,7 @@ class RunSummaries:
         ]
         peak = max(peaks) if peaks else None
         if trial.state in _FINISHED:
-            with self._lock:
-                self._peaks[trial.id] = peak
+            self._peaks.put(trial.id, (peak,))
         return peak
 
     def summary(self, run: RunInfo, trials: list[TrialInfo]) -> tuple[float, float | None]:
@@ -219,6 +218,10 @@ class RunSummaries:
         return max(0.0, last - run.start), (max(peaks) if peaks else None)
 
 
+FINDINGS_KEPT = 10_000
+"""Trials whose findings a server remembers (the least recently asked are forgotten)."""
+PEAKS_KEPT = 100_000
+"""Finished trials whose peak GPU memory a server remembers."""
 FINDINGS_REFRESH_S = 10.0
 """A running trial's findings are recomputed at most this often (seconds): they read every
 series of the trial, and a running trial's heartbeat changes every second."""
@@ -254,9 +257,8 @@ class FindingsCache:
     def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._clock = clock
-        self._lock = threading.Lock()
-        self._entries: dict[int, _Entry] = {}
-        self._busy: dict[int, threading.Lock] = {}
+        self._entries: Kept[int, _Entry] = Kept(FINDINGS_KEPT)
+        self._busy: Kept[int, threading.Lock] = Kept(FINDINGS_KEPT)
 
     def _usable(self, entry: _Entry | None, trial: TrialInfo) -> bool:
         if entry is None:
@@ -269,24 +271,19 @@ class FindingsCache:
         """The trial's findings, most severe first. With a ``deadline`` (on this cache's
         clock) that has passed, nothing is computed: the last result is answered, stale or
         not, and None when there is none yet."""
-        with self._lock:
-            entry = self._entries.get(trial.id)
+        entry = self._entries.get(trial.id)
         if self._usable(entry, trial):
             assert entry is not None
             return list(entry.findings)
         if deadline is not None and self._clock() >= deadline:
             return None if entry is None else list(entry.findings)
-        with self._lock:
-            busy = self._busy.setdefault(trial.id, threading.Lock())
-        with busy:
-            with self._lock:
-                entry = self._entries.get(trial.id)
+        with self._busy.setdefault(trial.id, threading.Lock):
+            entry = self._entries.get(trial.id)
             if self._usable(entry, trial):  # computed meanwhile by another request
                 assert entry is not None
                 return list(entry.findings)
             found = tuple(findings_for_trial(self._store, trial))
-            with self._lock:
-                self._entries[trial.id] = _Entry(_fingerprint(trial), self._clock(), found)
+            self._entries.put(trial.id, _Entry(_fingerprint(trial), self._clock(), found))
             return list(found)
 
     def run(

@@ -29,9 +29,7 @@ from __future__ import annotations
 import gzip
 import logging
 import math
-import threading
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
@@ -41,6 +39,7 @@ from fastapi import APIRouter, BackgroundTasks, Path, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from tunescope._kept import Kept
 from tunescope.errors import NotFound, StoreError
 from tunescope.server._auth import Principal, principal_of, require_write
 from tunescope.server._errors import ApiError, invalid, not_found
@@ -70,22 +69,16 @@ class _Owners:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._lock = threading.Lock()
-        self._kept: dict[str, OrderedDict[Any, str]] = {
-            k: OrderedDict() for k in ("run", "trial", "series", "key")
+        self._kept: dict[str, Kept[Any, str]] = {
+            k: Kept(_OWNERS_KEPT) for k in ("run", "trial", "series", "key")
         }
 
     def _get(self, kind: str, ident: Any, find: Callable[[], str]) -> str:
         kept = self._kept[kind]
-        with self._lock:
-            if ident in kept:
-                kept.move_to_end(ident)
-                return kept[ident]
-        project = find()  # NotFound for an unknown id: not remembered
-        with self._lock:
-            kept[ident] = project
-            if len(kept) > _OWNERS_KEPT:
-                kept.popitem(last=False)
+        project = kept.get(ident)
+        if project is None:
+            project = find()  # NotFound for an unknown id: not remembered
+            kept.put(ident, project)
         return project
 
     def run(self, run_id: int) -> str:

@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from tunescope._kept import Kept
 from tunescope.errors import Conflict, NotFound, SchemaError, StoreError, StoreUnavailable
 from tunescope.store._batch import Batch, EventRow, ScalarRow, TrialSpec, new_key
 from tunescope.store._codec import F64, MAX_DELTA_MS, decode, encode, encode_blocks, to_stored
@@ -47,6 +48,8 @@ _TRIAL_COLS = (
     "trial_key"
 )
 
+CACHE_SIZE = 50_000
+"""Entries each id cache of a store keeps (series by id, series by name, trials by key)."""
 BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 1.0
 
@@ -89,11 +92,11 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         self._retry_at = 0.0
         self._backoff = 0.0
         self._written: set[int] = set()
-        """Series this store appended to: close() packs their pending samples."""
-        self._series_cache: dict[int, SeriesInfo] = {}
-        self._series_ids: dict[tuple[int, str, str], tuple[int, bool]] = {}
+        """Series this store appended to and has not packed since: close() packs them."""
+        self._series_cache: Kept[int, SeriesInfo] = Kept(CACHE_SIZE)
+        self._series_ids: Kept[tuple[int, str, str], tuple[int, bool]] = Kept(CACHE_SIZE)
         """(trial, metric, device) -> (series id, whether it has a note)."""
-        self._trial_keys: dict[str, int] = {}
+        self._trial_keys: Kept[str, int] = Kept(CACHE_SIZE)
         self._open_schema(create)
 
     # ------------------------------------------------------------------ plumbing
@@ -663,7 +666,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             return tid
         row = self._q(cur, "SELECT id FROM trials WHERE trial_key = ?", (key,)).fetchone()
         if row is not None:
-            self._trial_keys[key] = int(row[0])
+            self._trial_keys.put(key, int(row[0]))
         else:
             if spec is None or spec.key != key:
                 raise NotFound(f"no trial with key {key!r} in {self.url}")
@@ -760,7 +763,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         have = stored()
         for key, (sid, has_note) in have.items():
             if key in notes:
-                self._series_ids[(trial_id, *key)] = (sid, has_note)
+                self._series_ids.put((trial_id, *key), (sid, has_note))
         missing = [key for key in notes if key not in have]
         if missing:
             if self._q(cur, "SELECT 1 FROM trials WHERE id = ?", (trial_id,)).fetchone() is None:
@@ -813,7 +816,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             if r is None:
                 raise NotFound(f"no series with id {series_id} in {self.url}")
             info = SeriesInfo(int(r[0]), int(r[1]), r[2], r[3] or None, r[4])
-            self._series_cache[series_id] = info
+            self._series_cache.put(series_id, info)
         return info
 
     # ------------------------------------------------------------------ samples
@@ -987,8 +990,16 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                     )
         return sorted(found)
 
-    @retrying
     def compact(self, series_id: int | None = None) -> None:
+        self._compact(series_id)
+        with self._lock:  # packed: close() need not (a server's store lives for months)
+            if series_id is None:
+                self._written.clear()
+            else:
+                self._written.discard(series_id)
+
+    @retrying
+    def _compact(self, series_id: int | None) -> None:
         with self._tx(write=True) as cur:
             if series_id is None:
                 sids = [

@@ -14,7 +14,7 @@ import pytest
 
 from collect_helpers import Proc
 from http_helpers import Server, make_token
-from tunescope.store import Store, open_store
+from tunescope.store import PooledStore, Store, open_store
 
 PG_URL = os.environ.get("TUNESCOPE_TEST_POSTGRES")
 
@@ -93,6 +93,21 @@ def any_store_url(
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(params=["direct", "pooled"])
+def every_store(any_store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """An empty store of each backend (:func:`any_store_url`), as one store and as the
+    server's pool of them: one suite for all."""
+    s: Store = (
+        open_store(any_store_url)
+        if request.param == "direct"
+        else PooledStore(lambda: open_store(any_store_url), size=3)
+    )
     try:
         yield s
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ from tunescope.errors import NotFound
 from tunescope.store import (
     CHUNK_SAMPLES,
     Batch,
-    PooledStore,
     Store,
     TrialEnd,
     TrialSpec,
@@ -25,18 +23,9 @@ from tunescope.store._batch import EventRow
 T0 = 1_700_000_000.0
 
 
-@pytest.fixture(params=["direct", "pooled"])
-def store(any_store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
-    """Each backend, as one store and as the server's pool of them: one suite for all."""
-    s: Store = (
-        open_store(any_store_url)
-        if request.param == "direct"
-        else PooledStore(lambda: open_store(any_store_url), size=3)
-    )
-    try:
-        yield s
-    finally:
-        s.close()
+@pytest.fixture
+def store(every_store: Store) -> Store:
+    return every_store
 
 
 def spec(run: str = "r", name: str | None = None, key: str | None = None) -> TrialSpec:

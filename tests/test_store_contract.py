@@ -6,29 +6,19 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from tunescope.errors import Conflict, NotFound, StoreError
-from tunescope.store import CHUNK_SAMPLES, Event, PooledStore, Scalar, Store, open_store
+from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
 
 T0 = 1_700_000_000.0
 
 
-@pytest.fixture(params=["direct", "pooled"])
-def store(any_store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
-    """Each backend, as one store and as the server's pool of them: one suite for all."""
-    s: Store = (
-        open_store(any_store_url)
-        if request.param == "direct"
-        else PooledStore(lambda: open_store(any_store_url), size=3)
-    )
-    try:
-        yield s
-    finally:
-        s.close()
+@pytest.fixture
+def store(every_store: Store) -> Store:
+    return every_store
 
 
 def _trial(store: Store, run: str = "r") -> int:

@@ -21,6 +21,9 @@ HEAVY = [
     "uvicorn",
     "optuna",
     "peft",
+    "mlflow",
+    "wandb",
+    "tensorboard",
 ]
 
 
@@ -57,7 +60,7 @@ ALLOWED = {
     "store": {"metrics"},
     "collect": {"metrics", "store"},
     "record": {"metrics", "store"},
-    "integrations": {"record", "metrics", "store"},
+    "integrations": {"record", "metrics", "store", "analyze"},
     "analyze": {"store", "metrics"},
     "server": {"store", "analyze", "metrics"},
     "cli": {"metrics", "store", "collect", "record", "integrations", "analyze", "server"},

@@ -40,13 +40,13 @@ test: setup browser
 	$(BIN)/pytest -q
 
 lint: setup
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench hatch_build.py
+	$(BIN)/ruff format --check src tests bench hatch_build.py
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench hatch_build.py
+	$(BIN)/ruff check --fix src tests bench hatch_build.py
 
 # the README's picture, from a real demo run (tests write theirs to a temporary folder)
 screenshot: setup browser

@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 STATIC  := src/tunescope/server/static/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/package.json web/package-lock.json web/build.mjs web/tsconfig.json
 
-.PHONY: setup web browser demo test lint format bench screenshot clean
+.PHONY: setup web browser demo test lint format bench screenshot dist clean
 
 setup: $(STAMP) $(STATIC)
 
@@ -22,6 +22,12 @@ web: $(STATIC)
 $(STATIC): $(WEB_SRC)
 	cd web && npm ci --no-audit --no-fund --loglevel=error && npm run build
 
+# The sdist and wheel in dist/, both carrying the built page (hatch_build.py refuses to build
+# without it). build makes the wheel from the sdist, as pip does from an index.
+dist: $(STAMP) $(STATIC)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 # Debian's Chromium for the browser tests (Playwright cannot download browsers here).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
@@ -34,13 +40,13 @@ test: setup browser
 	$(BIN)/pytest -q
 
 lint: setup
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench hatch_build.py
+	$(BIN)/ruff format --check src tests bench hatch_build.py
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench hatch_build.py
+	$(BIN)/ruff check --fix src tests bench hatch_build.py
 
 # the README's picture, from a real demo run (tests write theirs to a temporary folder)
 screenshot: setup browser
@@ -50,4 +56,4 @@ bench: setup browser
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) web/node_modules src/tunescope/server/static bench/out
+	rm -rf $(VENV) web/node_modules src/tunescope/server/static bench/out dist

@@ -22,10 +22,11 @@ def main(argv: list[str] | None = None) -> int:
         import typer.main
 
         from tunescope.cli._app import app
+        from tunescope.cli._completion import answering
         from tunescope.cli._input import CLICK_ERROR, USAGE_ERROR
 
         args = sys.argv[1:] if argv is None else list(argv)
-        if not args:  # Click would print the help (on stdout, exit code 2): say it in one line
+        if not args and not answering():  # Click would print the help (exit code 2): one line
             names = ", ".join(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
             return _error(f"missing command: use one of {names} (see tunescope --help)")
         try:

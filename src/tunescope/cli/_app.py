@@ -17,6 +17,7 @@ import typer
 from tunescope.analyze import data_wait_share, summarize_trial
 from tunescope.cli import _format as fmt
 from tunescope.cli import _input as check
+from tunescope.cli._completion import completion
 from tunescope.cli._input import Command, StoreOpt, as_run
 from tunescope.cli._report import report
 from tunescope.cli._sync import spool_note
@@ -494,3 +495,29 @@ def serve(
             err=True,
         )
     _serve(resolve_url(store), host, port, allow_hosts=allow_host or [], auth="tokens", tls=tls)
+
+
+app.command(cls=Command)(completion)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from tunescope import __version__
+
+        typer.echo(f"tunescope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print tunescope's version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    pass  # the app's own options; each acts in its callback

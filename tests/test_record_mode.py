@@ -23,7 +23,10 @@ _TRAIN = textwrap.dedent(
     from torch import nn
     import tunescope.record as ts
     from tunescope.record import _state
+    import optuna
     from tunescope.integrations import distributed
+    from tunescope.integrations.optuna import track
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     def train(sdk):
         torch.manual_seed(0)
@@ -56,6 +59,9 @@ _TRAIN = textwrap.dedent(
                 loss = loop(trial)
         with distributed.trial(run="ddp", store=sys.argv[2]) as dt:
             seen["ddp_recording"] = dt.recording
+        study = optuna.create_study()
+        study.optimize(track(lambda t: t.suggest_float("x", 0, 1), store=sys.argv[2]), n_trials=2)
+        seen["optuna_trials"] = len(study.trials)
         return loss, seen
 
     before = sorted(t.name for t in threading.enumerate())
@@ -93,6 +99,7 @@ def test_disabled_mode_runs_a_real_training_loop_unchanged_and_records_nothing(
     assert got["hook"] is False  # no optimizer hook installed
     assert got["current"] is False and got["recording"] is False
     assert got["ddp_recording"] is False
+    assert got["optuna_trials"] == 2
     assert not db.exists()
     assert sorted(tmp_path.iterdir()) == [tmp_path / "adapter"]  # no store, no -wal, no spool
     assert not spool.exists() or not any(spool.rglob("*"))

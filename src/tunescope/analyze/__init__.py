@@ -27,7 +27,13 @@ from tunescope.analyze._rightsize import (
     match_gpu,
 )
 from tunescope.analyze._rules import data_wait_share
-from tunescope.analyze._settings import FindingSettings, SettingInfo, setting_info
+from tunescope.analyze._settings import (
+    EffectiveSettings,
+    FindingSettings,
+    SettingInfo,
+    load_settings,
+    setting_info,
+)
 from tunescope.analyze._summary import (
     MetricSummary,
     TrialSummary,
@@ -41,6 +47,7 @@ __all__ = [
     "REPORT_FORMATS",
     "RULES",
     "SEVERITIES",
+    "EffectiveSettings",
     "Finding",
     "FindingSettings",
     "GpuType",
@@ -58,6 +65,7 @@ __all__ = [
     "findings_for_run",
     "findings_for_trial",
     "gpu_catalog",
+    "load_settings",
     "match_gpu",
     "printable",
     "render_report",

@@ -22,7 +22,7 @@ from typing import Any
 from tunescope.analyze._finding import Finding, jsonable
 from tunescope.analyze._findings import findings_for_trial
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType
-from tunescope.analyze._settings import FindingSettings
+from tunescope.analyze._settings import EffectiveSettings, FindingSettings
 from tunescope.analyze._summary import MetricSummary, summarize_trial
 from tunescope.analyze._text import printable
 from tunescope.errors import ConfigError, NotFound
@@ -117,6 +117,8 @@ class Report:
     store_url: str
     trials: list[TrialReport]
     generated: float = field(default_factory=time.time)
+    settings: EffectiveSettings = field(default_factory=EffectiveSettings)
+    """The finding settings the report used, each with where its value came from."""
 
 
 def build_report(
@@ -124,13 +126,15 @@ def build_report(
     run: int | str,
     *,
     trial: str | None = None,
-    settings: FindingSettings | None = None,
+    settings: FindingSettings | EffectiveSettings | None = None,
     catalog: tuple[GpuType, ...] = GPU_CATALOG,
     charts: bool = False,
 ) -> Report:
     """Read a run's report: every trial (or the one called ``trial``) with its peaks, means,
     event counts and findings, and with ``charts`` the series to draw. NotFound for an
-    unknown run or trial."""
+    unknown run or trial. ``settings``: the findings' thresholds (default: the defaults;
+    ``tunescope report`` passes :func:`load_settings`'s)."""
+    effective = EffectiveSettings.of(settings)
     info = store.get_run(run)
     trials = store.list_trials(info.id)
     if trial is not None:
@@ -148,12 +152,12 @@ def build_report(
                 s.optimizer_steps,
                 s.evaluations,
                 s.checkpoints,
-                findings_for_trial(store, t, settings, catalog=catalog),
+                findings_for_trial(store, t, effective.settings, catalog=catalog),
                 _chart(store, t, info.start) if charts else None,
                 _gaps(store, t),
             )
         )
-    return Report(info, store.url, out)
+    return Report(info, store.url, out, settings=effective)
 
 
 def _gaps(store: Store, t: TrialInfo) -> list[tuple[float, float]]:
@@ -318,6 +322,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             }
             for t in report.trials
         ],
+        "settings": report.settings.to_dict(),
     }
 
 
@@ -343,6 +348,7 @@ def _text(report: Report) -> str:
         f"tunescope report: run {r.name!r} ({len(report.trials)} trial(s), {r.state})",
         f"store: {printable(report.store_url)}",
         "times: elapsed since the run began",
+        *_changed_settings(report),
         "",
     ]
     for t in report.trials:
@@ -371,6 +377,14 @@ def _text(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _changed_settings(report: Report) -> list[str]:
+    """One line per finding setting not at its default: its value and where it came from."""
+    return [
+        f"setting: {name} = {value:g} (from {printable(source)})"
+        for name, value, source in report.settings.changed()
+    ]
+
+
 def _md_cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
@@ -386,6 +400,9 @@ def _markdown(report: Report, images: list[str]) -> str:
         "hatched grey.",
         "",
     ]
+    changed = _changed_settings(report)
+    if changed:
+        out += [f"- {_md_cell(line)}" for line in changed] + [""]
     out += ["| trial | state | duration | findings |", "| --- | --- | --- | --- |"]
     for t in report.trials:
         worst = ", ".join(f"{f.severity}: {f.title}" for f in t.findings[:3]) or "none"
@@ -445,6 +462,9 @@ def _html(report: Report, pngs: list[bytes]) -> str:
         "the run began. Charts: optimizer steps in green, evaluations shaded orange, sampler "
         "gaps hatched grey.</p>",
     ]
+    changed = _changed_settings(report)
+    if changed:
+        out.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in changed) + "</ul>")
     for t, png in zip(report.trials, pngs, strict=True):
         out.append(f"<h2>Trial <code>{e(t.trial.name)}</code></h2>")
         out.append(

@@ -4,18 +4,55 @@ Where an established profiler has a threshold for the same question, the default
 value and ``source`` names it; where none exists the default is ours and ``source`` says so.
 ``docs/findings.md`` lists every setting (a test keeps the two in step). Change a setting with
 :func:`dataclasses.replace` or by keyword: ``FindingSettings(input_wait_high_pct=30)``.
+
+:func:`load_settings` gives the settings a project chose (what ``tunescope report`` and the
+server use), each with where its value came from, highest first:
+
+1. the environment: ``TUNESCOPE_<SETTING>``, the name upper-cased
+   (``TUNESCOPE_INPUT_WAIT_HIGH_PCT=30``; an empty value counts as unset);
+2. the ``[findings]`` table of ``tunescope.toml``;
+3. the ``[tool.tunescope.findings]`` table of ``pyproject.toml``;
+4. the default.
+
+The files are looked up from the current directory upwards: the first directory that holds a
+``tunescope.toml``, or a ``pyproject.toml`` with a ``[tool.tunescope]`` table, is the project's
+(both of its files apply, ``tunescope.toml`` winning key by key); files in the directories
+above it are not read. A bad value, an unknown key or a file that is not TOML raises
+ConfigError, in one line naming the file (or variable) and the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tunescope.errors import ConfigError
 
-__all__ = ["FindingSettings", "SettingInfo", "setting_info"]
+__all__ = [
+    "CONFIG_FILE",
+    "DEFAULT_SOURCE",
+    "ENV_PREFIX",
+    "EffectiveSettings",
+    "FindingSettings",
+    "SettingInfo",
+    "config_files",
+    "load_settings",
+    "setting_info",
+]
+
+CONFIG_FILE = "tunescope.toml"
+"""The project's own settings file (its ``[findings]`` table)."""
+ENV_PREFIX = "TUNESCOPE_"
+"""``TUNESCOPE_`` + a setting's name upper-cased sets it from the environment."""
+DEFAULT_SOURCE = "default"
+"""The source of a setting nothing overrides."""
+_TABLE = "findings"
 
 TF_INPUT = (
     "TensorFlow Profiler input-pipeline analyzer "
@@ -238,23 +275,26 @@ class FindingSettings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, int | float)
-                or not math.isfinite(v)
-                or v < 0
-            ):
-                raise ConfigError(f"finding setting {f.name} must be a number >= 0, not {v!r}")
-            if (
-                f.metadata["unit"] == "%"
-                and v > 100
-                and not f.name.startswith(("growth_min", "eval_spike", "rightsize"))
-            ):
-                raise ConfigError(f"finding setting {f.name} is a percentage: 0 to 100, not {v!r}")
+            problem = _problem(f.name, v)
+            if problem is not None:
+                raise ConfigError(f"finding setting {f.name} {problem}")
         if self.input_wait_moderate_pct > self.input_wait_high_pct:
             raise ConfigError("input_wait_moderate_pct must not exceed input_wait_high_pct")
-        if self.growth_segments < 2:
-            raise ConfigError("growth_segments must be at least 2")
+
+
+def _problem(name: str, v: object) -> str | None:
+    """What is wrong with ``v`` as the value of setting ``name`` (None: nothing)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        return f"must be a number >= 0, not {v!r}"
+    unit = _FIELDS[name].metadata["unit"]
+    if unit == "%" and v > 100 and not name.startswith(("growth_min", "eval_spike", "rightsize")):
+        return f"is a percentage: 0 to 100, not {v!r}"
+    if name == "growth_segments" and v < 2:
+        return f"must be at least 2, not {v!r}"
+    return None
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(FindingSettings)}
 
 
 @dataclass(frozen=True)
@@ -283,3 +323,166 @@ def setting_info() -> list[SettingInfo]:
             )
         )
     return out
+
+
+# ---------------------------------------------------------------------- from the project
+@dataclass(frozen=True)
+class EffectiveSettings:
+    """The settings in force and, for each, where its value came from: ``default``, a
+    variable (``$TUNESCOPE_INPUT_WAIT_HIGH_PCT``) or a file and its table
+    (``/repo/pyproject.toml [tool.tunescope.findings]``)."""
+
+    settings: FindingSettings = field(default_factory=FindingSettings)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def source(self, name: str) -> str:
+        """Where setting ``name``'s value came from."""
+        return self.sources.get(name, DEFAULT_SOURCE)
+
+    def changed(self) -> list[tuple[str, float, str]]:
+        """(name, value, source) of every setting not at its default, in table order."""
+        return [
+            (f.name, getattr(self.settings, f.name), self.source(f.name))
+            for f in dataclasses.fields(FindingSettings)
+            if self.source(f.name) != DEFAULT_SOURCE
+        ]
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """``{name: {"value", "unit", "default", "source"}}`` for every setting (JSON)."""
+        return {
+            f.name: {
+                "value": getattr(self.settings, f.name),
+                "unit": f.metadata["unit"],
+                "default": f.default,
+                "source": self.source(f.name),
+            }
+            for f in dataclasses.fields(FindingSettings)
+        }
+
+    @classmethod
+    def of(cls, settings: FindingSettings | EffectiveSettings | None) -> EffectiveSettings:
+        """``settings`` as effective settings: None gives the defaults; a
+        :class:`FindingSettings` counts each value that differs from its default as set by
+        the caller (source ``argument``)."""
+        if isinstance(settings, EffectiveSettings):
+            return settings
+        if settings is None:
+            return cls()
+        return cls(
+            settings,
+            {
+                f.name: "argument"
+                for f in dataclasses.fields(FindingSettings)
+                if getattr(settings, f.name) != f.default
+            },
+        )
+
+
+def _has_tool_table(path: Path) -> bool:
+    tool = _read_toml(path).get("tool")
+    return isinstance(tool, dict) and "tunescope" in tool
+
+
+def config_files(start: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The project's settings files, lowest precedence first: from ``start`` (default: the
+    current directory) upwards, the first directory holding a ``tunescope.toml`` or a
+    ``pyproject.toml`` with a ``[tool.tunescope]`` table gives its ``pyproject.toml`` (if it
+    has that table) then its ``tunescope.toml`` (if any). ConfigError for a file there that
+    is not TOML."""
+    here = Path(start if start is not None else os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        found = []
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and _has_tool_table(pyproject):
+            found.append(pyproject)
+        own = folder / CONFIG_FILE
+        if own.is_file():
+            found.append(own)
+        if found:
+            return found
+    return []
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+
+
+def _file_values(path: Path) -> tuple[dict[str, Any], str]:
+    """The ``findings`` table of one settings file and how to name it in messages."""
+    data = _read_toml(path)
+    if path.name == CONFIG_FILE:
+        where, root = f"{path} [{_TABLE}]", data
+        prefix = ""
+    else:
+        where, root = f"{path} [tool.tunescope.{_TABLE}]", data["tool"]["tunescope"]
+        prefix = "tool.tunescope."
+    if not isinstance(root, dict):
+        raise ConfigError(f"{path}: {prefix.rstrip('.')} must be a table")
+    for key in root:
+        if key != _TABLE:
+            raise ConfigError(
+                f"{path}: unknown key {prefix}{key} (tunescope reads only [{prefix}{_TABLE}])"
+            )
+    table = root.get(_TABLE, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {prefix}{_TABLE} must be a table of settings")
+    for key, value in table.items():
+        if key not in _FIELDS:
+            raise ConfigError(f"{where}: unknown setting {key!r} (see docs/findings.md#settings)")
+        problem = _problem(key, value)
+        if problem is not None:
+            raise ConfigError(f"{where}: {key} {problem}")
+    return table, where
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, tuple[float, str]]:
+    out = {}
+    for name in _FIELDS:
+        var = ENV_PREFIX + name.upper()
+        raw = environ.get(var, "").strip()
+        if not raw:
+            continue
+        try:
+            value: object = float(raw)
+        except ValueError:
+            value = raw
+        problem = _problem(name, value)
+        if problem is not None:
+            raise ConfigError(f"${var}: {name} {problem}")
+        assert isinstance(value, float)
+        out[name] = (value, f"${var}")
+    return out
+
+
+def load_settings(
+    start: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> EffectiveSettings:
+    """The finding settings in force (see the module doc for the precedence and the lookup),
+    from the files found from ``start`` (default: the current directory) and ``environ``
+    (default: ``os.environ``). ConfigError, in one line, for anything wrong."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for path in config_files(start):
+        table, where = _file_values(path)
+        for key, value in table.items():
+            values[key], sources[key] = value, where
+    for key, (value, var) in _env_values(os.environ if environ is None else environ).items():
+        values[key], sources[key] = value, var
+    low, high = "input_wait_moderate_pct", "input_wait_high_pct"
+    lo, hi = values.get(low, _FIELDS[low].default), values.get(high, _FIELDS[high].default)
+    if lo > hi:  # the one rule between two settings, which may come from two places
+        raise ConfigError(
+            f"{low} = {lo:g} ({sources.get(low, DEFAULT_SOURCE)}) must not exceed "
+            f"{high} = {hi:g} ({sources.get(high, DEFAULT_SOURCE)})"
+        )
+    return EffectiveSettings(FindingSettings(**values), sources)

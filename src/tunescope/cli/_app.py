@@ -376,12 +376,14 @@ def _serve(
     tls: tuple[Path, Path] | None = None,
 ) -> None:
     try:
+        from tunescope.analyze import load_settings
         from tunescope.server import serve as serve_app
         from tunescope.server._security import page_host
     except ImportError as exc:
         raise ConfigError(
             f"the page needs the server extra: pip install 'tunescope[server]' ({exc})"
         ) from None
+    load_settings()  # bad finding settings refuse the server before it listens (exit 2)
     _can_listen(host, port)
     path = "" if run_name is None else f"#/runs/{quote(run_name, safe='')}/resources"
     scheme = "http" if tls is None else "https"

@@ -73,11 +73,14 @@ def report(
     CPU-bound, idle GPUs, memory growth, evaluation spikes and right-sizing (see
     docs/findings.md). md and html carry a chart of the four headline metrics per trial,
     ready to paste into a pull request. Stored samples the store cannot decode (a damaged
-    database) are skipped, with a warning per series on stderr."""
+    database) are skipped, with a warning per series on stderr. Thresholds come from
+    [tool.tunescope.findings] in pyproject.toml, [findings] in tunescope.toml and
+    TUNESCOPE_<SETTING> variables (docs/findings.md#settings)."""
     from tunescope.analyze import (
         REPORT_FORMATS,
         build_report,
         gpu_catalog,
+        load_settings,
         render_report,
         require_charts,
     )
@@ -92,6 +95,7 @@ def report(
         )
     dest = None if out is None else check.not_the_store(out, store)
     catalog = gpu_catalog(parse_prices(price or []))
+    settings = load_settings()  # pyproject.toml, tunescope.toml, $TUNESCOPE_<SETTING>
     charts = out_format in ("md", "html")
     if charts:
         require_charts()  # refuse before reading anything when matplotlib is missing
@@ -100,6 +104,7 @@ def report(
             st,
             as_run(run_ref),
             trial=trial,
+            settings=settings,
             catalog=catalog,
             charts=charts,
         )

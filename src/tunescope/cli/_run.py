@@ -41,6 +41,7 @@ from tunescope.record import (
     MAX_RESTARTS,
     Background,
     SamplerHandle,
+    check_mode,
     start_sampler,
     trial_env,
 )
@@ -144,7 +145,9 @@ def run_command(
 
     Everything that can be checked is checked before anything is written: the parameters,
     the command, the interval and the store (a store that does not answer within
-    ENTER_WAIT_S is not waited for: the command starts and its data is spooled)."""
+    ENTER_WAIT_S is not waited for: the command starts and its data is spooled). With
+    ``$TUNESCOPE_MODE=disabled`` the process becomes ``cmd`` once the parameters, interval
+    and command are checked: nothing is recorded and the exit code is the command's own."""
     if not cmd:
         raise ConfigError("no command given: use tunescope run [OPTIONS] -- CMD [ARGS...]")
     parsed = parse_params(params)
@@ -152,6 +155,10 @@ def run_command(
         raise ConfigError(f"--interval {interval} is out of range: use 0.1 to 3600 seconds")
     if shutil.which(cmd[0]) is None:
         raise ConfigError(f"command not found: {cmd[0]}")
+    if check_mode() == "disabled":  # $TUNESCOPE_MODE=disabled: just the command, as if unwrapped
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execvp(cmd[0], list(cmd))
     url = absolute_url(store)
     run_name = run or f"{os.path.basename(cmd[0])}-{time.strftime('%Y%m%d-%H%M%S')}"
     if not run_name.strip():

@@ -152,7 +152,8 @@ class DistributedTrial:
         Every rank must call it, in the same order as its other trials."""
         run_name, name, params, store, interval, sampler, timeout = self._args
         me, n = rank(), world_size()
-        if ts.ENV_TRIAL_KEY in os.environ or n == 1:  # joined through the environment, or alone
+        if ts.disabled() or ts.ENV_TRIAL_KEY in os.environ or n == 1:
+            # disabled (a no-op run: nothing shared), joined through the environment, or alone
             self._run = ts.run(run_name, store=store, interval=interval, sampler=sampler)
             return self._enter(self._run.trial(name, params=params))
         if me == 0:

@@ -54,6 +54,10 @@ and written when it is back. Importing this package does not import torch. The s
 launcher (:func:`start_sampler`, :class:`Supervised`) is shared with ``tunescope run -- CMD``
 and the distributed integration, which set the same variables (:func:`trial_env`) a trial sets
 so that a script using the SDK joins the command's trial.
+
+``$TUNESCOPE_MODE=disabled`` makes every call above a no-op (nothing opened, started or
+written; ``watch`` gives the iterable back); a run that records says where on stderr once,
+unless ``$TUNESCOPE_QUIET=1`` (see ``_mode``).
 """
 
 from tunescope.record._env import (
@@ -67,12 +71,15 @@ from tunescope.record._env import (
     trial_env,
 )
 from tunescope.record._launch import MAX_RESTARTS, SamplerHandle, Supervised, start_sampler
+from tunescope.record._mode import ENV_MODE, ENV_QUIET, MODES, check_mode, disabled
 from tunescope.record._run import ENTER_WAIT_S, Background, Run, current_trial, run
 from tunescope.record._trial import EXIT_WAIT_S, Trial
 
 __all__ = [
     "ENTER_WAIT_S",
     "ENV_INTERVAL",
+    "ENV_MODE",
+    "ENV_QUIET",
     "ENV_RUN",
     "ENV_RUN_ID",
     "ENV_STORE",
@@ -80,12 +87,15 @@ __all__ = [
     "ENV_TRIAL_KEY",
     "EXIT_WAIT_S",
     "MAX_RESTARTS",
+    "MODES",
     "Background",
     "Run",
     "SamplerHandle",
     "Supervised",
     "Trial",
+    "check_mode",
     "current_trial",
+    "disabled",
     "process_rank",
     "run",
     "start_sampler",

@@ -19,18 +19,29 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import shlex
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from tunescope.errors import ConfigError, StoreError, StoreUnavailable
 from tunescope.record import _state
 from tunescope.record._env import ENV_INTERVAL, ENV_STORE, attach_key
+from tunescope.record._mode import disabled, quiet
 from tunescope.record._safety import LOG, once
 from tunescope.record._trial import Trial, rec_trial
-from tunescope.store import display, open_store, os_user, project_of, redact, resolve_url
+from tunescope.store import (
+    display,
+    open_store,
+    os_user,
+    project_of,
+    redact,
+    resolve_url,
+)
 
 __all__ = ["ENTER_WAIT_S", "Run", "current_trial", "run"]
 
@@ -152,7 +163,14 @@ def run(
     store named explicitly (argument or $TUNESCOPE_STORE) answers that it cannot be used: that
     is user input, checked before training starts. When only the default ./tunescope.db
     cannot be used it logs one warning and returns a run that records nothing.
+
+    With ``$TUNESCOPE_MODE=disabled`` it returns at once a run that records nothing, without
+    checking anything or opening the store. A run that records says so once on stderr (where,
+    and how to look), unless ``$TUNESCOPE_QUIET`` is set (see ``_mode``).
     """
+    if disabled():
+        run_name = str(name) if name else time.strftime("run-%Y%m%d-%H%M%S")
+        return Run(run_name, resolve_url(store), interval=1.0, sampler=False, recording=False)
     if not (isinstance(interval, (int, float)) and math.isfinite(interval) and interval > 0):
         raise ConfigError(f"interval must be a positive number of seconds, not {interval!r}")
     if name is not None and not str(name).strip():
@@ -194,7 +212,34 @@ def run(
             redact(url),
             err,
         )
+    announce(run_name, url)
     return Run(run_name, url, interval=float(interval), sampler=sampler, probe=probe)
+
+
+_announced: set[tuple[str, str]] = set()
+_announce_lock = threading.Lock()
+
+
+def announce(run_name: str, url: str) -> None:
+    """Say once per process and run, on stderr, where the run records and how to look at it
+    (the store's URL without its password), unless ``$TUNESCOPE_QUIET`` is set."""
+    try:
+        if quiet():
+            return
+        with _announce_lock:
+            if (url, run_name) in _announced:
+                return
+            _announced.add((url, run_name))
+        shown = display(url)
+        if shown.startswith(("http://", "https://")):
+            parts = urlsplit(shown)  # the team server's page, at the root of its name
+            view = urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
+        else:
+            view = f"tunescope ui --store {shlex.quote(shown)}"
+        sys.stderr.write(f"tunescope: recording run {run_name!r} into {shown}; view: {view}\n")
+        sys.stderr.flush()
+    except Exception as exc:  # a closed stderr, say: never into training
+        once.warn("announce", "tunescope: cannot say where the run records (%s)", exc)
 
 
 def _env_interval(default: float) -> float:
@@ -233,7 +278,7 @@ def current_trial() -> Trial | None:
             if trial is not None:
                 return trial
         attach = attach_key()
-        if attach is None:
+        if attach is None or disabled():
             return None
         _state.ensure_hook()
         with _attach_lock:

@@ -20,6 +20,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunescope import __version__
+from tunescope.analyze import FindingSettings, load_settings
 from tunescope.server._auth import Authenticator, Mode
 from tunescope.server._errors import install_error_handlers
 from tunescope.server._routes import api_router, public_router
@@ -75,6 +76,7 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
     auth: Mode = "local",
     timeout: float = REQUEST_TIMEOUT_S,
+    settings: FindingSettings | None = None,
 ) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
@@ -88,8 +90,13 @@ def create_app(
     ``auth``: ``local`` (every request may read every project: the loopback viewer) or
     ``tokens`` (the team server: every API request needs a token, from a bearer header or
     the page's session; see ``_auth.py`` and ``_session.py``). ``timeout``: seconds a store
-    call of a request may wait (:data:`REQUEST_TIMEOUT_S`).
+    call of a request may wait (:data:`REQUEST_TIMEOUT_S`). ``settings``: the findings'
+    thresholds, by default the project's (:func:`~tunescope.analyze.load_settings`: from the
+    current directory's pyproject.toml / tunescope.toml and ``$TUNESCOPE_<SETTING>``), read
+    now: a bad value raises ConfigError before the store is opened.
     """
+    if settings is None:
+        settings = load_settings().settings
     store = PooledStore(
         lambda: open_store(store_url, create=False, timeout=timeout), size=POOL_SIZE, wait=timeout
     )
@@ -119,7 +126,9 @@ def create_app(
     app.state.auth = authenticator
     app.include_router(public_router(store, auth), prefix="/api")
     app.include_router(install_session(authenticator), prefix="/api")
-    app.include_router(api_router(store), prefix="/api", dependencies=[Depends(authenticator)])
+    app.include_router(
+        api_router(store, settings), prefix="/api", dependencies=[Depends(authenticator)]
+    )
     app.include_router(store_router(store), prefix="/api", dependencies=[Depends(authenticator)])
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
     secure(app, allowed_hosts)

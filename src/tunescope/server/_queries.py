@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tunescope._kept import Kept
-from tunescope.analyze import SEVERITIES, Finding, findings_for_trial
+from tunescope.analyze import SEVERITIES, Finding, FindingSettings, findings_for_trial
 from tunescope.errors import NotFound
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Principal
@@ -251,11 +251,18 @@ class FindingsCache:
     unchanged, so a finished trial is analysed once; a running trial, whose heartbeat moves
     every second, is analysed again at most every :data:`FINDINGS_REFRESH_S` seconds (in
     between, the last result is answered). Two requests that need the same trial at once
-    compute it once. The clock is injectable for tests.
+    compute it once. ``settings``: the rules' thresholds (default: the defaults). The clock
+    is injectable for tests.
     """
 
-    def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], float] = time.monotonic,
+        settings: FindingSettings | None = None,
+    ) -> None:
         self._store = store
+        self._settings = settings
         self._clock = clock
         self._entries: Kept[int, _Entry] = Kept(FINDINGS_KEPT)
         self._busy: Kept[int, threading.Lock] = Kept(FINDINGS_KEPT)
@@ -282,7 +289,7 @@ class FindingsCache:
             if self._usable(entry, trial):  # computed meanwhile by another request
                 assert entry is not None
                 return list(entry.findings)
-            found = tuple(findings_for_trial(self._store, trial))
+            found = tuple(findings_for_trial(self._store, trial, self._settings))
             self._entries.put(trial.id, _Entry(_fingerprint(trial), self._clock(), found))
             return list(found)
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
+from tunescope.analyze import FindingSettings
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
 from tunescope.server._errors import invalid, not_found
@@ -116,13 +117,13 @@ def public_router(store: Store, mode: Mode) -> APIRouter:
     return router
 
 
-def api_router(store: PooledStore) -> APIRouter:
+def api_router(store: PooledStore, settings: FindingSettings | None = None) -> APIRouter:
     """The ``/api`` routes over one store that need a principal (the caller mounts them
     under ``/api`` behind the Authenticator). Each answers only what the request's principal
     may see: a run, trial or project of another project is a 404, as if it did not exist."""
     router = APIRouter()
     summaries = RunSummaries(store)
-    findings = FindingsCache(store)
+    findings = FindingsCache(store, settings=settings)
     metrics_body = [metric_json(m) for m in CATALOG]
 
     @router.get("/metrics", response_model=list[MetricOut], summary="The metric catalog")

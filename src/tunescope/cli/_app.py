@@ -318,7 +318,9 @@ def export(
     out: Annotated[
         str | None,
         typer.Option(
-            "--out", help="Write to this file instead of stdout.", callback=check.out_path
+            "--out",
+            help="Write to this file instead of stdout (- is stdout).",
+            callback=check.out_path,
         ),
     ] = None,
     store: StoreOpt = None,
@@ -337,7 +339,7 @@ def export(
             metric(metric_key)
         except KeyError as exc:
             raise ConfigError(str(exc.args[0])) from None
-    dest = None if out is None else check.not_the_store(out, store)
+    dest = check.out_dest(out, store)
     with open_store(store, create=False) as st:
         run_name = st.get_run(as_run(run_ref)).name
         t0, selected = _select_trials(st, run_ref, trial)

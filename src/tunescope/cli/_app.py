@@ -49,6 +49,7 @@ def run(
     cmd: Annotated[
         list[str] | None,
         typer.Argument(
+            metavar="CMD",
             help="The command to run and its arguments: all from its first word on is its "
             "own (-- before it is optional).",
             show_default=False,

@@ -146,7 +146,7 @@ def run_command(
     the command, the interval and the store (a store that does not answer within
     ENTER_WAIT_S is not waited for: the command starts and its data is spooled)."""
     if not cmd:
-        raise ConfigError("no command given: use tunescope run [OPTIONS] -- CMD [ARGS...]")
+        raise ConfigError("no command given: use tunescope run [OPTIONS] [--] CMD [ARGS...]")
     parsed = parse_params(params)
     if not (math.isfinite(interval) and 0.1 <= interval <= 3600):
         raise ConfigError(f"--interval {interval} is out of range: use 0.1 to 3600 seconds")

@@ -128,7 +128,10 @@ CASES: list[tuple[str, list[str], str]] = [
     ("enum-export-metric", ["export", "r", "--metric", "nope", "--store", "{db}"], "'nope'"),
     ("enum-report-format", ["report", "r", "--format", "xml", "--store", "{db}"], "--format 'xml'"),
     ("enum-report-md-no-out", ["report", "r", "--format", "md", "--store", "{db}"], "needs --out"),
-    ("enum-report-html-no-out", ["report", "r", "--format", "html"], "needs --out"),
+    ("enum-report-md-stdout", ["report", "r", "--format", "md", "--out", "-"], "needs --out"),
+    ("enum-report-fail-on", ["report", "r", "--fail-on", "medium"], "--fail-on 'medium'"),
+    ("enum-runs-format", ["runs", "--format", "yaml", "--store", "{db}"], "--format 'yaml'"),
+    ("enum-trials-format", ["trials", "r", "--format", "xml", "--store", "{db}"], "'xml'"),
     # --param
     ("param-no-equals", ["run", "--param", "lr", "--", "true"], "malformed --param 'lr'"),
     ("param-empty-key", ["run", "--param", "=3", "--", "true"], "malformed --param '=3'"),

@@ -49,7 +49,8 @@ def test_three_trials_one_pruned(sqlite_url: str) -> None:
         assert [t.state for t in trials] == ["completed", "completed", "pruned"]
         assert all(t.error is None and t.end is not None for t in trials)
         for ours, theirs in zip(trials, study.trials, strict=True):
-            assert ours.params == theirs.params
+            # the study's direction rides along as a param of its own name
+            assert ours.params == {"optuna.direction": "minimize", **theirs.params}
             values = [s.value for s in st.scalars(ours.id, "eval/objective")]
             assert values == ([] if theirs.value is None else [theirs.value])
 
@@ -72,7 +73,7 @@ def test_failures_and_a_value_optuna_rejects_end_failed(sqlite_url: str) -> None
             ("failed", "ValueError: diverged"),
             ("failed", "the objective returned nan"),
         ]
-        assert [set(t.params) for t in trials] == [{"n"}, {"n"}]
+        assert [set(t.params) for t in trials] == [{"n", "optuna.direction"}] * 2
 
 
 def test_multi_objective_values_and_a_shared_run(sqlite_url: str) -> None:
@@ -95,6 +96,7 @@ def test_multi_objective_values_and_a_shared_run(sqlite_url: str) -> None:
         assert len(trials) == 2
         for ours, theirs in zip(trials, study.trials, strict=True):
             assert ours.state == "completed"
+            assert ours.params["optuna.direction"] == ["minimize", "maximize"]
             got = [st.scalars(ours.id, f"eval/objective_{i}")[0].value for i in (0, 1)]
             assert got == pytest.approx(theirs.values)
 

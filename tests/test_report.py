@@ -273,8 +273,9 @@ def test_charts_of_many_steps_draw_a_density_strip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["sweep", "--format", "md"], "--format md needs --out PATH"),
-        (["sweep", "--format", "html"], "--format html needs --out PATH"),
+        (["sweep", "--format", "md"], "--format md needs --out PATH, a file"),
+        (["sweep", "--format", "md", "--out", "-"], "--format md needs --out PATH"),
+        (["sweep", "--fail-on", "critical"], "unknown --fail-on 'critical': use low, moderate"),
         (["sweep", "--format", "pdf"], "unknown --format 'pdf': use text, json, md, html"),
         (["nope"], "no run 'nope'"),
         (["sweep", "--trial", "nope"], "run 'sweep' has no trial 'nope'"),

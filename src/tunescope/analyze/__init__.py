@@ -10,6 +10,7 @@ a Markdown or HTML report is rendered.
 from tunescope.analyze._charts import require_charts
 from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity
 from tunescope.analyze._findings import RULES, findings_for_run, findings_for_trial, to_dict
+from tunescope.analyze._objective import Objective, trial_objective
 from tunescope.analyze._report import (
     REPORT_FORMATS,
     Report,
@@ -53,6 +54,7 @@ __all__ = [
     "GpuType",
     "MetricSummary",
     "MigProfile",
+    "Objective",
     "Report",
     "RuleInfo",
     "SettingInfo",
@@ -75,4 +77,5 @@ __all__ = [
     "summarize_metric",
     "summarize_trial",
     "to_dict",
+    "trial_objective",
 ]

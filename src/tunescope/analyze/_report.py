@@ -21,6 +21,7 @@ from typing import Any
 
 from tunescope.analyze._finding import Finding, jsonable
 from tunescope.analyze._findings import findings_for_trial
+from tunescope.analyze._objective import Objective, trial_objective
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType
 from tunescope.analyze._settings import EffectiveSettings, FindingSettings
 from tunescope.analyze._summary import MetricSummary, summarize_trial
@@ -104,6 +105,8 @@ class TrialReport:
     gaps: list[tuple[float, float]] = field(default_factory=list)
     """(t, duration) of each span with no hardware samples: the sampler died and was
     restarted (``sampler_gap`` events)."""
+    objective: Objective = field(default_factory=Objective)
+    """The value(s) a search scored the trial with, and its direction(s)."""
 
     @property
     def duration(self) -> float | None:
@@ -155,6 +158,7 @@ def build_report(
                 findings_for_trial(store, t, effective.settings, catalog=catalog),
                 _chart(store, t, info.start) if charts else None,
                 _gaps(store, t),
+                trial_objective(store, t),
             )
         )
     return Report(info, store.url, out, settings=effective)
@@ -300,6 +304,8 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "start": t.trial.start,
                 "end": t.trial.end,
                 "duration_s": jsonable(t.duration),
+                "objective": jsonable(t.objective.values),
+                "direction": list(t.objective.directions),
                 "metrics": {
                     k: {
                         "label": metric(k).label,
@@ -324,6 +330,11 @@ def report_dict(report: Report) -> dict[str, Any]:
         ],
         "settings": report.settings.to_dict(),
     }
+
+
+def _objective(t: TrialReport) -> str:
+    """``, objective 0.5 (minimize)`` for a sentence, or nothing without a value."""
+    return f", objective {t.objective.text()}" if t.objective.values else ""
 
 
 def _counts(t: TrialReport, origin: float) -> str:
@@ -356,6 +367,8 @@ def _text(report: Report) -> str:
             f"Trial {printable(t.trial.name)} [{t.trial.state}]  duration "
             f"{_elapsed(t.duration)}  params: {printable(_params(t.trial))}"
         )
+        if t.objective.values:
+            lines.append(f"  objective: {t.objective.text()}")
         rows = _metric_rows(t)
         if rows:
             w = max(len(a) for a, _, _ in rows)
@@ -403,19 +416,22 @@ def _markdown(report: Report, images: list[str]) -> str:
     changed = _changed_settings(report)
     if changed:
         out += [f"- {_md_cell(line)}" for line in changed] + [""]
-    out += ["| trial | state | duration | findings |", "| --- | --- | --- | --- |"]
+    out += [
+        "| trial | state | duration | objective | findings |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for t in report.trials:
         worst = ", ".join(f"{f.severity}: {f.title}" for f in t.findings[:3]) or "none"
         out.append(
             f"| `{_md_cell(t.trial.name)}` | {t.trial.state} | "
-            f"{_elapsed(t.duration)} | {_md_cell(worst)} |"
+            f"{_elapsed(t.duration)} | {t.objective.text()} | {_md_cell(worst)} |"
         )
     for t, img in zip(report.trials, images, strict=True):
         out += [
             "",
             f"## Trial `{t.trial.name}`",
             "",
-            f"State {t.trial.state}, duration {_elapsed(t.duration)}, params "
+            f"State {t.trial.state}, duration {_elapsed(t.duration)}{_objective(t)}, params "
             f"{_md_cell(_params(t.trial))}; {_counts(t, origin)}.",
             "",
         ]
@@ -468,8 +484,8 @@ def _html(report: Report, pngs: list[bytes]) -> str:
     for t, png in zip(report.trials, pngs, strict=True):
         out.append(f"<h2>Trial <code>{e(t.trial.name)}</code></h2>")
         out.append(
-            f"<p>State {e(t.trial.state)}, duration {_elapsed(t.duration)}, params "
-            f"{e(_params(t.trial))}; {e(_counts(t, origin))}.</p>"
+            f"<p>State {e(t.trial.state)}, duration {_elapsed(t.duration)}"
+            f"{e(_objective(t))}, params {e(_params(t.trial))}; {e(_counts(t, origin))}.</p>"
         )
         rows = _metric_rows(t)
         if rows:

@@ -7,14 +7,14 @@ import csv
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import typer
 
-from tunescope.analyze import data_wait_share, summarize_trial
+from tunescope.analyze import Objective, data_wait_share, summarize_trial, trial_objective
 from tunescope.cli import _format as fmt
 from tunescope.cli import _input as check
 from tunescope.cli._completion import completion
@@ -38,11 +38,23 @@ app = typer.Typer(
 
 
 @app.command(
-    cls=Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+    cls=Command,
+    context_settings={
+        "allow_extra_args": True,
+        "ignore_unknown_options": True,
+        # options end at the command: all from its first word on is the command's own
+        "allow_interspersed_args": False,
+    },
 )
 def run(
     cmd: Annotated[
-        list[str] | None, typer.Argument(help="The command to run, after --", show_default=False)
+        list[str] | None,
+        typer.Argument(
+            metavar="CMD",
+            help="The command to run and its arguments: all from its first word on is its "
+            "own (-- before it is optional).",
+            show_default=False,
+        ),
     ] = None,
     run_name: Annotated[
         str | None,
@@ -70,19 +82,52 @@ def run(
 ) -> None:
     """Run CMD as a trial: sample its process tree, record its end state.
 
-    Example: tunescope run --run sweep --param lr=3e-4 -- python train.py
-    CMD's exit code is passed through (128+N when killed by signal N)."""
+    Example: tunescope run --run sweep --param lr=3e-4 -- python train.py --run 7
+    tunescope's options go before CMD; everything from CMD's first word on (here
+    --run 7 too) is CMD's, with or without --. CMD's exit code is passed through (128+N
+    when killed by signal N)."""
     from tunescope.cli._run import run_command
 
     if cmd and cmd[0].startswith("-"):  # an unknown option before the command, not a command
-        raise ConfigError(f"no such option: {cmd[0]} (the command goes after --)")
+        raise ConfigError(f"no such option: {cmd[0]} (tunescope's options go before the command)")
     code = run_command(
         cmd or [], run=run_name, trial=trial, params=param or [], store=store, interval=interval
     )
     raise typer.Exit(code)
 
 
-def _runs_rows(st: Store) -> list[list[str]]:
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="table (for people), json (a list of objects) or csv (a header, then a line "
+        "each); json and csv keys and units are listed in the README.",
+    ),
+]
+
+RUN_KEYS = (
+    "id",
+    "run",
+    "state",
+    "trials",
+    "start",
+    "end",
+    "duration_s",
+    "ram_peak_bytes",
+    "vram_peak_bytes",
+)
+RUN_COLUMNS = (
+    fmt.Column("run", lambda r: str(r["run"])),
+    fmt.Column("state", lambda r: str(r["state"])),
+    fmt.Column("trials", lambda r: str(r["trials"])),
+    fmt.Column("start", lambda r: fmt.when(r["start"])),
+    fmt.Column("duration", lambda r: fmt.duration(r["duration_s"])),
+    fmt.Column("peak RAM", lambda r: fmt.value("cpu.mem", r["ram_peak_bytes"])),
+    fmt.Column("peak VRAM", lambda r: fmt.value("gpu.mem", r["vram_peak_bytes"])),
+)
+
+
+def _runs_rows(st: Store) -> list[dict[str, Any]]:
     rows = []
     for r in st.list_runs():
         peaks: dict[str, float] = {}
@@ -90,34 +135,32 @@ def _runs_rows(st: Store) -> list[list[str]]:
             summ = summarize_trial(st, t)
             for k, m in summ.metrics.items():
                 peaks[k] = max(peaks.get(k, -math.inf), m.peak)
-        end = r.end
         rows.append(
-            [
-                r.name,
-                r.state,
-                str(r.trials),
-                fmt.when(r.start),
-                fmt.duration(None if end is None else end - r.start),
-                fmt.value("cpu.mem", peaks.get("cpu.mem")),
-                fmt.value("gpu.mem", peaks.get("gpu.mem")),
-            ]
+            {
+                "id": r.id,
+                "run": r.name,
+                "state": r.state,
+                "trials": r.trials,
+                "start": r.start,
+                "end": r.end,
+                "duration_s": None if r.end is None else r.end - r.start,
+                "ram_peak_bytes": peaks.get("cpu.mem"),
+                "vram_peak_bytes": peaks.get("gpu.mem"),
+            }
         )
     return rows
 
 
 @app.command(cls=Command)
-def runs(store: StoreOpt = None) -> None:
+def runs(store: StoreOpt = None, out_format: FormatOpt = "table") -> None:
     """List runs: state, trials, start, duration and peak memory."""
+    fmt.row_format(out_format)
     with open_store(store, create=False) as st:
         rows = _runs_rows(st)
-    if not rows:
+    if not rows and out_format == "table":
         typer.echo("no runs yet")
     else:
-        typer.echo(
-            fmt.table(
-                ["run", "state", "trials", "start", "duration", "peak RAM", "peak VRAM"], rows
-            )
-        )
+        typer.echo(fmt.render_rows(RUN_KEYS, rows, RUN_COLUMNS, out_format))
     note = spool_note(store)
     if note is not None:
         typer.echo(note, err=True)
@@ -143,67 +186,114 @@ def sync(
     raise typer.Exit(code)
 
 
-def trials_table(st: Store, run_ref: str) -> str:
-    """The per-trial table of `tunescope trials` and the demo: state, duration, peak and mean
-    of the four headline metrics, optimizer steps, evaluations, checkpoints."""
+_HEADLINE = (  # (metric, label, field prefix, unit suffix) of the trials' peak/mean pairs
+    ("cpu.util", "CPU", "cpu_util", "pct"),
+    ("cpu.mem", "RAM", "ram", "bytes"),
+    ("gpu.util", "GPU", "gpu_util", "pct"),
+    ("gpu.mem", "VRAM", "vram", "bytes"),
+)
+TRIAL_KEYS = (
+    "run",
+    "id",
+    "trial",
+    "state",
+    "start",
+    "end",
+    "duration_s",
+    *(f"{p}_{w}_{u}" for _, _, p, u in _HEADLINE for w in ("peak", "mean")),
+    "optimizer_steps",
+    "evaluations",
+    "checkpoints",
+    "data_wait_pct",
+    "objective",
+    "direction",
+    "params",
+)
+
+
+def _peak_mean(key: str, prefix: str, unit: str) -> Callable[[Mapping[str, Any]], str]:
+    def cell(r: Mapping[str, Any]) -> str:
+        peak, mean = r[f"{prefix}_peak_{unit}"], r[f"{prefix}_mean_{unit}"]
+        if peak is None and mean is None:
+            return "-"
+        return f"{fmt.value(key, peak)} / {fmt.value(key, mean)}"
+
+    return cell
+
+
+def _objective_cell(r: Mapping[str, Any]) -> str:
+    return Objective(tuple(r["objective"]), tuple(r["direction"])).text()
+
+
+TRIAL_COLUMNS = (
+    fmt.Column("trial", lambda r: str(r["trial"])),
+    fmt.Column("state", lambda r: str(r["state"])),
+    fmt.Column("duration", lambda r: fmt.duration(r["duration_s"])),
+    *(
+        fmt.Column(f"{label} peak/mean", _peak_mean(key, prefix, unit))
+        for key, label, prefix, unit in _HEADLINE
+    ),
+    fmt.Column("steps", lambda r: str(r["optimizer_steps"])),
+    fmt.Column("evals", lambda r: str(r["evaluations"])),
+    fmt.Column("ckpts", lambda r: str(r["checkpoints"])),
+    fmt.Column("data wait", lambda r: fmt.value("train.data_wait", r["data_wait_pct"])),
+    fmt.Column("objective", _objective_cell),
+    fmt.Column("params", lambda r: ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"),
+)
+
+
+def _trials_rows(st: Store, run_ref: str) -> list[dict[str, Any]]:
     r = st.get_run(as_run(run_ref))
     rows = []
     for t in st.list_trials(r.id):
         s = summarize_trial(st, t)
-
-        def pm(key: str, s: Any = s) -> str:
+        obj = trial_objective(st, t)
+        row: dict[str, Any] = {
+            "run": r.name,
+            "id": t.id,
+            "trial": t.name,
+            "state": t.state,
+            "start": t.start,
+            "end": t.end,
+            "duration_s": s.duration,
+        }
+        for key, _, prefix, unit in _HEADLINE:
             m = s.metrics.get(key)
-            if m is None:
-                return "-"
-            return f"{fmt.value(key, m.peak)} / {fmt.value(key, m.mean)}"
+            row[f"{prefix}_peak_{unit}"] = None if m is None else m.peak
+            row[f"{prefix}_mean_{unit}"] = None if m is None else m.mean
+        row |= {
+            "optimizer_steps": s.optimizer_steps,
+            "evaluations": s.evaluations,
+            "checkpoints": s.checkpoints,
+            "data_wait_pct": data_wait_share(st, t),
+            "objective": list(obj.values),
+            "direction": list(obj.directions),
+            "params": t.params,
+        }
+        rows.append(row)
+    return rows
 
-        params = ", ".join(f"{k}={v}" for k, v in t.params.items())
-        rows.append(
-            [
-                t.name,
-                t.state,
-                fmt.duration(s.duration),
-                pm("cpu.util"),
-                pm("cpu.mem"),
-                pm("gpu.util"),
-                pm("gpu.mem"),
-                str(s.optimizer_steps),
-                str(s.evaluations),
-                str(s.checkpoints),
-                fmt.value("train.data_wait", data_wait_share(st, t)),
-                params or "-",
-            ]
-        )
-    return fmt.table(
-        [
-            "trial",
-            "state",
-            "duration",
-            "CPU peak/mean",
-            "RAM peak/mean",
-            "GPU peak/mean",
-            "VRAM peak/mean",
-            "steps",
-            "evals",
-            "ckpts",
-            "data wait",
-            "params",
-        ],
-        rows,
-    )
+
+def trials_table(st: Store, run_ref: str) -> str:
+    """The per-trial table of `tunescope trials` and the demo."""
+    return fmt.render_rows(TRIAL_KEYS, _trials_rows(st, run_ref), TRIAL_COLUMNS, "table")
 
 
 @app.command(cls=Command)
 def trials(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run name or id.")],
     store: StoreOpt = None,
+    out_format: FormatOpt = "table",
 ) -> None:
-    """List a run's trials with states, durations and peaks.
+    """List a run's trials with states, durations, peaks and objective values.
 
     Columns: state, duration, peak/mean of the four headline metrics, optimizer steps,
-    evaluations, checkpoints and params."""
+    evaluations, checkpoints, data-wait share, the objective value(s) with the search's
+    direction (Optuna: eval/objective and the optuna.direction param) and params."""
+    fmt.row_format(out_format)
     with open_store(store, create=False) as st:
-        typer.echo(trials_table(st, run_ref))
+        rows = _trials_rows(st, run_ref)
+    typer.echo(fmt.render_rows(TRIAL_KEYS, rows, TRIAL_COLUMNS, out_format))
 
 
 def _select_trials(st: Store, run_ref: str, trial: str | None) -> tuple[float, list[TrialInfo]]:
@@ -230,7 +320,9 @@ def export(
     out: Annotated[
         str | None,
         typer.Option(
-            "--out", help="Write to this file instead of stdout.", callback=check.out_path
+            "--out",
+            help="Write to this file instead of stdout (- is stdout).",
+            callback=check.out_path,
         ),
     ] = None,
     store: StoreOpt = None,
@@ -249,7 +341,7 @@ def export(
             metric(metric_key)
         except KeyError as exc:
             raise ConfigError(str(exc.args[0])) from None
-    dest = None if out is None else check.not_the_store(out, store)
+    dest = check.out_dest(out, store)
     with open_store(store, create=False) as st:
         run_name = st.get_run(as_run(run_ref)).name
         t0, selected = _select_trials(st, run_ref, trial)

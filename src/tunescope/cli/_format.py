@@ -5,14 +5,82 @@ terminal."""
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
-from collections.abc import Sequence
+import io
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from tunescope.analyze import printable
+from tunescope.analyze._finding import jsonable
+from tunescope.errors import ConfigError
 from tunescope.metrics import metric
 from tunescope.store import Store
 
-__all__ = ["duration", "printable", "table", "value", "when"]
+__all__ = [
+    "ROW_FORMATS",
+    "Column",
+    "duration",
+    "printable",
+    "render_rows",
+    "row_format",
+    "table",
+    "value",
+    "when",
+]
+
+ROW_FORMATS = ("table", "json", "csv")
+"""What ``--format`` of the listing commands (``runs``, ``trials``) takes."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a listing's table: its header and its cell's text, made from a row (one
+    row may make several columns, or one column join several fields)."""
+
+    header: str
+    cell: Callable[[Mapping[str, Any]], str]
+
+
+def row_format(value: str) -> str:
+    """A ``--format`` of a listing, checked: ConfigError (one line, exit 2) otherwise."""
+    if value not in ROW_FORMATS:
+        raise ConfigError(f"unknown --format {value!r}: use {', '.join(ROW_FORMATS)}")
+    return value
+
+
+def render_rows(
+    keys: Sequence[str],
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[Column],
+    out_format: str,
+) -> str:
+    """One listing in one of :data:`ROW_FORMATS`, from one row model: rows with the fields
+    ``keys``, in base units (bytes, %, seconds, epoch seconds). ``table``: the columns, for
+    people; ``json``: a list of objects with those keys (None as null, non-finite numbers as
+    null); ``csv``: a header of the keys, then a line per row (None as an empty cell, lists
+    and objects as JSON text). json and csv write values as they are stored, unescaped."""
+    if out_format == "table":
+        return table([c.header for c in columns], [[c.cell(r) for c in columns] for r in rows])
+    data = [{k: jsonable(r[k]) for k in keys} for r in rows]
+    if out_format == "json":
+        return json.dumps(data, indent=1, ensure_ascii=False)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(keys)
+    for r in data:
+        w.writerow(_csv_cell(r[k]) for k in keys)
+    return buf.getvalue().removesuffix("\n")
+
+
+def _csv_cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, list | dict):
+        return json.dumps(v, ensure_ascii=False)
+    return v
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

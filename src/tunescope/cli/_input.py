@@ -33,6 +33,7 @@ __all__ = [
     "host",
     "not_empty",
     "not_the_store",
+    "out_dest",
     "out_path",
     "port",
     "tls_files",
@@ -143,11 +144,15 @@ def tls_files(cert: str | None, key: str | None) -> tuple[Path, Path] | None:
     return paths
 
 
+STDOUT = "-"
+"""``--out -``: standard output, as everywhere on the command line (never a file named -)."""
+
+
 def out_path(value: str | None) -> str | None:
-    """A callback: ``--out`` names a file that can be written, in a folder that exists.
-    Checked before the store is read, so bad input writes nothing."""
-    if value is None:
-        return None
+    """A callback: ``--out`` names a file that can be written, in a folder that exists, or is
+    ``-`` (stdout). Checked before the store is read, so bad input writes nothing."""
+    if value is None or value == STDOUT:
+        return value
     if not value.strip():
         raise typer.BadParameter("must not be empty")
     path = Path(value).expanduser()
@@ -172,6 +177,12 @@ def not_the_store(out: str, store: str | None) -> Path:
         if db.exists() and os.path.samefile(path, db):
             raise ConfigError(f"--out {out} is the store itself: choose another file")
     return path
+
+
+def out_dest(out: str | None, store: str | None) -> Path | None:
+    """Where ``--out`` writes: a path (see :func:`not_the_store`), or None for stdout (no
+    ``--out``, or ``--out -``)."""
+    return None if out is None or out == STDOUT else not_the_store(out, store)
 
 
 def as_run(text: str) -> int | str:

@@ -1,5 +1,6 @@
-"""`tunescope report RUN`: a run's findings and per-trial peaks and means, as text, JSON,
-Markdown or HTML. Register with ``app.command()(report)``."""
+"""`tunescope report RUN`: a run's findings and per-trial peaks, means and objective values, as
+text, JSON, Markdown or HTML, and with ``--fail-on`` a gate for CI. Register with
+``app.command()(report)``."""
 
 from __future__ import annotations
 
@@ -44,14 +45,14 @@ def report(
         typer.Option(
             "--format",
             help="text, json, md (Markdown with PNG charts written next to --out) or "
-            "html (one file, charts embedded).",
+            "html (one file, charts embedded; on stdout without --out).",
         ),
     ] = "text",
     out: Annotated[
         str | None,
         typer.Option(
             "--out",
-            help="Write to this file instead of stdout (required for md and html).",
+            help="Write to this file instead of stdout (- is stdout); md needs a file.",
             show_default=False,
             callback=check.out_path,
         ),
@@ -65,9 +66,19 @@ def report(
             show_default=False,
         ),
     ] = None,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            metavar="SEVERITY",
+            help="Exit 1 (a CI gate) when a finding of this severity or worse exists: "
+            "low, moderate or high. The report is written all the same.",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
 ) -> None:
-    """Report a run's findings with per-trial peaks and means.
+    """Report a run's findings with per-trial peaks, means and objective values.
 
     Findings: input-bound, near out-of-memory, GPU under-used, busy but not working,
     CPU-bound, idle GPUs, memory growth, evaluation spikes and right-sizing (see
@@ -75,9 +86,11 @@ def report(
     ready to paste into a pull request. Stored samples the store cannot decode (a damaged
     database) are skipped, with a warning per series on stderr. Thresholds come from
     [tool.tunescope.findings] in pyproject.toml, [findings] in tunescope.toml and
-    TUNESCOPE_<SETTING> variables (docs/findings.md#settings)."""
+    TUNESCOPE_<SETTING> variables (docs/findings.md#settings). Exit code: 0, or 1 with
+    --fail-on when a finding at or above that severity exists (said on stderr)."""
     from tunescope.analyze import (
         REPORT_FORMATS,
+        SEVERITIES,
         build_report,
         gpu_catalog,
         load_settings,
@@ -88,12 +101,11 @@ def report(
 
     if out_format not in REPORT_FORMATS:
         raise ConfigError(f"unknown --format {out_format!r}: use {', '.join(REPORT_FORMATS)}")
-    if out_format in ("md", "html") and out is None:
-        raise ConfigError(
-            f"--format {out_format} needs --out PATH (the charts are "
-            f"{'written next to it' if out_format == 'md' else 'embedded in it'})"
-        )
-    dest = None if out is None else check.not_the_store(out, store)
+    if fail_on is not None and fail_on not in SEVERITIES:
+        raise ConfigError(f"unknown --fail-on {fail_on!r}: use {', '.join(reversed(SEVERITIES))}")
+    dest = check.out_dest(out, store)
+    if out_format == "md" and dest is None:  # its PNG charts are files: they need a folder
+        raise ConfigError("--format md needs --out PATH, a file: its charts are written next to it")
     catalog = gpu_catalog(parse_prices(price or []))
     settings = load_settings()  # pyproject.toml, tunescope.toml, $TUNESCOPE_<SETTING>
     charts = out_format in ("md", "html")
@@ -113,17 +125,26 @@ def report(
     text, files = render_report(rep, out_format, image_stem=stem)
     if dest is None:
         sys.stdout.write(text)
-        _warn(warnings)
-        return
-    try:
-        for name, data in files.items():
-            (dest.parent / name).write_bytes(data)
-        dest.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
-    extra = f" and {len(files)} chart(s) beside it" if files else ""
-    typer.echo(f"wrote {out}{extra}", err=True)
+    else:
+        try:
+            for name, data in files.items():
+                (dest.parent / name).write_bytes(data)
+            dest.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
+        extra = f" and {len(files)} chart(s) beside it" if files else ""
+        typer.echo(f"wrote {out}{extra}", err=True)
     _warn(warnings)
+    if fail_on is not None:
+        worst = SEVERITIES.index(fail_on)  # SEVERITIES runs from the most urgent
+        hits = [f for t in rep.trials for f in t.findings if SEVERITIES.index(f.severity) <= worst]
+        if hits:
+            typer.echo(
+                f"tunescope: {len(hits)} finding(s) at severity {fail_on} or above "
+                "(--fail-on): exit 1",
+                err=True,
+            )
+            raise typer.Exit(1)
 
 
 def _warn(lines: list[str]) -> None:

@@ -149,7 +149,7 @@ def run_command(
     ``$TUNESCOPE_MODE=disabled`` the process becomes ``cmd`` once the parameters, interval
     and command are checked: nothing is recorded and the exit code is the command's own."""
     if not cmd:
-        raise ConfigError("no command given: use tunescope run [OPTIONS] -- CMD [ARGS...]")
+        raise ConfigError("no command given: use tunescope run [OPTIONS] [--] CMD [ARGS...]")
     parsed = parse_params(params)
     if not (math.isfinite(interval) and 0.1 <= interval <= 3600):
         raise ConfigError(f"--interval {interval} is out of range: use 0.1 to 3600 seconds")

@@ -14,7 +14,10 @@ objective returns, the trial's params are the Optuna trial's params (set as they
 suggested, so they are written when the objective ends) and its value is logged as the scalar
 ``eval/objective`` (``eval/objective_<i>`` for each value of a multi-objective study; for a
 pruned trial the last value it reported, as Optuna keeps it; the Evaluation tab lists the
-latest per trial). The trial ends:
+latest per trial). The study's direction is the trial param ``optuna.direction``
+(``"minimize"`` or ``"maximize"``, a list of them for a multi-objective study; a search
+parameter of that name would win over it); ``tunescope trials`` and ``report`` show both.
+The trial ends:
 
 * ``completed`` when the objective returns a value Optuna accepts;
 * ``pruned`` when it raises ``optuna.TrialPruned`` (Optuna's state PRUNED, not a failure);
@@ -68,6 +71,16 @@ def _last_reported(trial: optuna.Trial) -> float | None:
     return None
 
 
+DIRECTION_PARAM = "optuna.direction"
+"""The trial param of the study's direction(s) (``tunescope.analyze`` reads it by this name)."""
+
+
+def _direction(trial: optuna.Trial) -> dict[str, str | list[str]]:
+    """The study's direction as a trial param: a name, or one per objective."""
+    names = [d.name.lower() for d in trial.study.directions]  # MINIMIZE -> "minimize"
+    return {DIRECTION_PARAM: names[0] if len(names) == 1 else names}
+
+
 class TrackedObjective:
     """An Optuna objective that records each call as a tunescope trial (see the module doc)."""
 
@@ -99,7 +112,9 @@ class TrackedObjective:
                         sampler=self._sampler,
                     )
                 )
-            rec = stack.enter_context(run.trial(f"trial-{trial.number}", params=trial.params))
+            rec = stack.enter_context(
+                run.trial(f"trial-{trial.number}", params={**_direction(trial), **trial.params})
+            )
             try:
                 value = self.objective(trial)
             except optuna.TrialPruned:

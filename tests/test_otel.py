@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +22,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from http_helpers import free_port
 from live_helpers import Expected, fill_live
 from tunescope.analyze import SEVERITIES
 from tunescope.metrics import CATALOG, metric
@@ -181,3 +187,37 @@ def test_the_app_pushes_otlp_http_to_a_loopback_receiver(
     assert points == wanted(live)
     assert kinds["hw.gpu.utilization"] == "gauge" and kinds["hw.power"] == "gauge"
     assert kinds[FINDINGS] == "gauge"
+
+
+@pytest.mark.slow
+def test_tunescope_ui_pushes_to_the_collector_its_option_names(
+    live_url: tuple[str, dict[str, list[Expected]]],
+    receiver: tuple[str, list[ExportMetricsServiceRequest]],
+    tmp_path: Path,
+) -> None:
+    """`tunescope ui --otlp-endpoint URL` for real: a subprocess exporting every 0.2 s."""
+    url, live = live_url
+    endpoint, got = receiver
+    port = free_port()
+    env = {**os.environ, "OTEL_METRIC_EXPORT_INTERVAL": "200"}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    log = tmp_path / "ui.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tunescope", "ui", "--store", url, "--port", str(port),
+             "--otlp-endpoint", endpoint],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        names: set[str] = set()
+        while "hw.gpu.utilization" not in names:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+            names = {m.name for r in list(got) for rm in r.resource_metrics
+                     for sm in rm.scope_metrics for m in sm.metrics}  # fmt: skip
+        assert {otel_name(metric(e.key)) for es in live.values() for e in es} <= names
+    finally:
+        proc.terminate()
+        proc.wait(15)

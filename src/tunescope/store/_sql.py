@@ -1088,9 +1088,10 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
 
     @retrying
     def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:
-        """As :meth:`Store.latest`, in three statements for the whole trial: its series, the
-        newest pending sample of each, the newest chunk's summary of each; a chunk is decoded
-        only for a series whose newest sample is in it (none is pending after it)."""
+        """As :meth:`Store.latest`, in three statements for the whole trial (its series, the
+        newest pending sample of each, the newest chunk's summary of each) and one for the
+        bytes of the chunks that hold a series' newest sample (none is pending after it),
+        decoded together."""
         tid = _sql_int(trial_id)
         with self._tx() as cur:
             series = [
@@ -1123,18 +1124,22 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                     (tid,),
                 ).fetchall()
             }
-        out = []
-        for s in series:
-            found = pending.get(s.id)
-            chunk = newest.get(s.id)
-            if chunk is not None and (found is None or chunk[2] > found[0]):
-                t, v, bad = self._decode_chunks([chunk])
-                self._note_corrupt(s.id, bad)
+        # the newest chunks to decode: at once, each one's last sample at its count's end
+        todo = [
+            (sid, c) for sid, c in newest.items() if sid not in pending or c[2] > pending[sid][0]
+        ]
+        t, v, bad = self._decode_chunks([c for _, c in todo])
+        if not bad:
+            ends = np.cumsum([c[3] for _, c in todo], dtype=np.int64) - 1
+            for (sid, _), e in zip(todo, ends.tolist(), strict=True):
+                pending[sid] = (float(t[e]), float(v[e]))
+        else:  # one at a time, leaving the damaged ones out
+            for sid, c in todo:
+                t, v, bad = self._decode_chunks([c])
+                self._note_corrupt(sid, bad)
                 if len(t):
-                    found = (float(t[-1]), float(v[-1]))
-            if found is not None:
-                out.append((s, found[0], found[1]))
-        return out
+                    pending[sid] = (float(t[-1]), float(v[-1]))
+        return [(s, *pending[s.id]) for s in series if s.id in pending]
 
     @retrying
     def disk_bytes(self) -> dict[str, int]:

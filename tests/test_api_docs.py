@@ -34,7 +34,7 @@ def app(store_file: str) -> Iterator[FastAPI]:
 def _documented() -> set[tuple[str, str]]:
     routes = set()
     for line in API_MD.read_text().splitlines():
-        m = re.match(r"\|\s*`(GET|POST|PUT|PATCH|DELETE) (/api/[^`?\s]*)[^`]*`\s*\|", line)
+        m = re.match(r"\|\s*`(GET|POST|PUT|PATCH|DELETE) (/api/[^`?\s]*|/metrics)[^`]*`\s*\|", line)
         if m:
             routes.add((m.group(1), m.group(2)))
     return routes

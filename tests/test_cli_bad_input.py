@@ -249,6 +249,16 @@ CASES: list[tuple[str, list[str], str]] = [
     ),
     ("serve-empty-cert", ["serve", "--tls-cert", "", "--store", "{db}"], "must not be empty"),
     ("serve-corrupt-store", ["serve", "--store", "{corrupt}", "--port", "1"], "corrupt.db"),
+    (
+        "ui-otlp-not-http",
+        ["ui", "--otlp-endpoint", "grpc://collector:4317", "--store", "{db}"],
+        "not an http:// or https:// URL with a host",
+    ),
+    (
+        "serve-otlp-no-host",
+        ["serve", "--otlp-endpoint", "http://", "--store", "{db}"],
+        "not an http:// or https:// URL with a host",
+    ),
 ]
 
 

@@ -244,3 +244,41 @@ def test_closing_a_reader_leaves_a_writers_pending_samples_alone(any_store_url: 
     finally:
         reader.close()
         writer.close()
+
+
+def test_latest_is_the_newest_sample_of_every_series_of_the_trial(store: Store) -> None:
+    """Newest samples from pending rows, from packed chunks, from both; a series without a
+    sample is left out, another trial's series too; a late sample does not move it."""
+    tid = _trial(store)
+    other = store.create_trial(store.ensure_run("r").id, start=T0).id
+    pend = store.series(tid, "cpu.util").id
+    packed = store.series(tid, "gpu.mem", "0").id
+    both = store.series(tid, "gpu.mem", "1").id
+    store.series(tid, "gpu.power", "0")  # no sample
+    short = store.series(tid, "gpu.util", "0").id  # its newest chunk holds 3 samples
+    elsewhere = store.series(other, "cpu.util").id
+    store.append_samples([(pend, T0 + i, 1.0 + i / 3) for i in range(10)])
+    store.append_samples([(packed, T0 + i, 2e6 + i) for i in range(2 * CHUNK_SAMPLES)])
+    store.append_samples([(both, T0 + i, 3e6 - i) for i in range(CHUNK_SAMPLES + 7)])
+    store.append_samples([(short, T0 + i, 100.0 - i) for i in range(CHUNK_SAMPLES + 3)])
+    store.append_samples([(elsewhere, T0, 5.0)])
+    store.compact(packed)
+    store.compact(short)
+    store.append_samples([(pend, T0 + 2.5, 99.0)])  # late: merged in, not the newest
+    got = store.latest(tid)
+    assert [(s.id, s.metric, s.device) for s, _, _ in got] == [
+        (pend, "cpu.util", None),
+        (packed, "gpu.mem", "0"),
+        (both, "gpu.mem", "1"),
+        (short, "gpu.util", "0"),
+    ]
+    for s, t, v in got:
+        ts, vs = store.read_samples(s.id)
+        assert (t, v) == (ts[-1], vs[-1])
+    assert got[0][2] == float(np.float32(1.0 + 9 / 3))
+    assert got[1][1:] == (pytest.approx(T0 + 2 * CHUNK_SAMPLES - 1), 2e6 + 2 * CHUNK_SAMPLES - 1)
+    assert got[2][2] == 3e6 - (CHUNK_SAMPLES + 6)
+    assert got[3][2] == 100.0 - (CHUNK_SAMPLES + 2)
+    # the contract's plain version, on the primitives, answers the same
+    assert Store.latest(store, tid) == got
+    assert store.latest(other)[0][1:] == (T0, 5.0)

@@ -145,3 +145,22 @@ def test_damaged_block_summaries_fall_back_to_the_samples(
     _exact(worst, t_all, v_all)
     assert any((b.t_first, b.t_last, b.n) == (lo, hi, CHUNK_SAMPLES) for b in worst.buckets)
     assert max(b.max for b in worst.buckets) == SPIKE
+
+
+def test_latest_leaves_out_a_series_whose_newest_chunk_is_damaged(
+    store: Store, store_url: str
+) -> None:
+    """No pending sample after the damaged chunk: the series has no newest value to give,
+    the trial's other series still do, and the damage is reported."""
+    tid = store.create_trial(store.ensure_run("r", start=T0).id, start=T0).id
+    bad, good = (store.series(tid, "gpu.util", dev).id for dev in ("0", "1"))
+    for sid in (bad, good):
+        store.append_samples((sid, T0 + k, float(k % 100)) for k in range(2 * CHUNK_SAMPLES))
+    store.compact()
+    damage_chunk(store_url, bad, 1)
+    assert [(s.id, t, v) for s, t, v in store.latest(tid)] == [
+        (good, T0 + 2 * CHUNK_SAMPLES - 1, float((2 * CHUNK_SAMPLES - 1) % 100))
+    ]
+    assert [(s.id, k) for s, k in store.corrupt_series()] == [(bad, 1)]
+    store.append_samples([(bad, T0 + 2 * CHUNK_SAMPLES, 7.0)])  # a pending one answers again
+    assert [(s.id, v) for s, _, v in store.latest(tid)] == [(bad, 7.0), (good, 11.0)]

@@ -466,6 +466,7 @@ def _serve(
     *,
     auth: Literal["local", "tokens"] = "local",
     tls: tuple[Path, Path] | None = None,
+    otlp_endpoint: str | None = None,
 ) -> None:
     try:
         from tunescope.analyze import load_settings
@@ -488,6 +489,7 @@ def _serve(
         auth=auth,
         tls_cert=None if tls is None else tls[0],
         tls_key=None if tls is None else tls[1],
+        otlp_endpoint=otlp_endpoint,
     )
 
 
@@ -514,6 +516,17 @@ def _can_listen(host: str, port: int) -> None:
 
 HostOpt = Annotated[str, typer.Option("--host", help="Interface to bind.", callback=check.host)]
 PortOpt = Annotated[int, typer.Option("--port", help="Port to listen on.", callback=check.port)]
+OtlpOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--otlp-endpoint",
+        metavar="URL",
+        envvar="OTEL_EXPORTER_OTLP_ENDPOINT",
+        help="Also push the running trials' metrics to this OpenTelemetry collector "
+        "(its OTLP/HTTP base URL; the otel extra). See docs/prometheus.md.",
+        callback=check.http_url,
+    ),
+]
 AllowHostOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -534,6 +547,7 @@ def ui(
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8765,
     allow_host: AllowHostOpt = None,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Serve the web page and JSON API for a store (binds 127.0.0.1 unless told).
 
@@ -543,7 +557,9 @@ def ui(
 
     with open_store(store, create=False):
         pass  # refuse a bad store before binding a port
-    _serve(resolve_url(store), host, port, allow_hosts=allow_host or [])
+    _serve(
+        resolve_url(store), host, port, allow_hosts=allow_host or [], otlp_endpoint=otlp_endpoint
+    )
 
 
 @app.command(cls=Command)
@@ -570,6 +586,7 @@ def serve(
             callback=check.not_empty,
         ),
     ] = None,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Serve a team: the page, the JSON API and recording, every request with a token.
 
@@ -588,7 +605,15 @@ def serve(
             "PostgreSQL (docs/team.md)",
             err=True,
         )
-    _serve(resolve_url(store), host, port, allow_hosts=allow_host or [], auth="tokens", tls=tls)
+    _serve(
+        resolve_url(store),
+        host,
+        port,
+        allow_hosts=allow_host or [],
+        auth="tokens",
+        tls=tls,
+        otlp_endpoint=otlp_endpoint,
+    )
 
 
 app.command(cls=Command)(completion)

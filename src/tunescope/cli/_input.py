@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "allowed_hosts",
     "as_run",
     "host",
+    "http_url",
     "not_empty",
     "not_the_store",
     "out_dest",
@@ -111,6 +113,16 @@ def allowed_hosts(values: list[str] | None) -> list[str] | None:
         if v != "*" and not _host_ok(v):
             raise typer.BadParameter(f"{v!r} is not a host name, an IP address or '*'")
     return values
+
+
+def http_url(value: str | None) -> str | None:
+    """A callback: an ``http://`` or ``https://`` URL with a host (a collector's address)."""
+    if value is None:
+        return None
+    parts = urllib.parse.urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise typer.BadParameter(f"{value!r} is not an http:// or https:// URL with a host")
+    return value.strip()
 
 
 def tls_files(cert: str | None, key: str | None) -> tuple[Path, Path] | None:

@@ -14,15 +14,21 @@ import webbrowser
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import Depends, FastAPI
 from starlette.datastructures import MutableHeaders
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunescope import __version__
 from tunescope.analyze import FindingSettings, load_settings
-from tunescope.server._auth import Authenticator, Mode
+from tunescope.errors import ConfigError
+from tunescope.server._auth import Authenticator, Mode, Principal
 from tunescope.server._errors import install_error_handlers
+from tunescope.server._live import Live
+from tunescope.server._prometheus import CONTENT_TYPE, exposition
+from tunescope.server._queries import FindingsCache
 from tunescope.server._routes import api_router, public_router
 from tunescope.server._security import allowed_names, page_host, secure
 from tunescope.server._session import install_session
@@ -77,6 +83,7 @@ def create_app(
     auth: Mode = "local",
     timeout: float = REQUEST_TIMEOUT_S,
     settings: FindingSettings | None = None,
+    otlp_endpoint: str | None = None,
 ) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
@@ -93,7 +100,10 @@ def create_app(
     call of a request may wait (:data:`REQUEST_TIMEOUT_S`). ``settings``: the findings'
     thresholds, by default the project's (:func:`~tunescope.analyze.load_settings`: from the
     current directory's pyproject.toml / tunescope.toml and ``$TUNESCOPE_<SETTING>``), read
-    now: a bad value raises ConfigError before the store is opened.
+    now: a bad value raises ConfigError before the store is opened. ``otlp_endpoint``: an
+    OpenTelemetry collector's base URL to push the running trials' metrics to (``_otel.py``,
+    the ``otel`` extra), from now until the app shuts down; ``GET /metrics`` serves them to
+    Prometheus either way (``_prometheus.py``).
     """
     if settings is None:
         settings = load_settings().settings
@@ -101,11 +111,21 @@ def create_app(
         lambda: open_store(store_url, create=False, timeout=timeout), size=POOL_SIZE, wait=timeout
     )
 
+    findings = FindingsCache(store, settings=settings)  # one cache: the API and /metrics
+    live = Live(store, findings)
+    try:
+        otel = None if otlp_endpoint is None else _start_otlp(live, otlp_endpoint)
+    except BaseException:
+        release_store(store)
+        raise
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            if otel is not None:
+                otel.shutdown()
             release_store(store)
 
     app = FastAPI(
@@ -120,6 +140,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.store = store
+    app.state.live = live
+    app.state.otel = otel
     install_error_handlers(app)
     app.add_middleware(NoStoreMiddleware)
     authenticator = Authenticator(store, auth)
@@ -127,12 +149,32 @@ def create_app(
     app.include_router(public_router(store, auth), prefix="/api")
     app.include_router(install_session(authenticator), prefix="/api")
     app.include_router(
-        api_router(store, settings), prefix="/api", dependencies=[Depends(authenticator)]
+        api_router(store, findings), prefix="/api", dependencies=[Depends(authenticator)]
     )
     app.include_router(store_router(store), prefix="/api", dependencies=[Depends(authenticator)])
+
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        summary="Prometheus: the newest value of every metric of every running trial",
+    )
+    def prometheus(who: Principal = Depends(authenticator)) -> Response:
+        return Response(exposition(live, who.project), media_type=CONTENT_TYPE)
+
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
     secure(app, allowed_hosts)
     return app
+
+
+def _start_otlp(live: Live, endpoint: str) -> Any:
+    """The OTLP exporter of ``_otel.py``; ConfigError when the ``otel`` extra is missing."""
+    try:
+        from tunescope.server._otel import start_otlp
+    except ImportError as exc:
+        raise ConfigError(
+            f"--otlp-endpoint needs the otel extra: pip install 'tunescope[otel]' ({exc})"
+        ) from None
+    return start_otlp(live, endpoint)
 
 
 def serve(
@@ -145,6 +187,7 @@ def serve(
     auth: Mode = "local",
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    otlp_endpoint: str | None = None,
 ) -> None:
     """Serve the app with uvicorn until interrupted. Binds 127.0.0.1 unless told otherwise;
     with ``open_browser`` the page opens in the default browser once the server listens.
@@ -152,12 +195,18 @@ def serve(
     ``allowed_hosts``. ``auth`` as for :func:`create_app`. With ``tls_cert`` and ``tls_key``
     (PEM files) it answers https. Behind a reverse proxy on the same host, the proxy's
     ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed (uvicorn's proxy headers,
-    from 127.0.0.1 unless ``$FORWARDED_ALLOW_IPS`` says otherwise)."""
+    from 127.0.0.1 unless ``$FORWARDED_ALLOW_IPS`` says otherwise). ``otlp_endpoint`` as for
+    :func:`create_app`."""
     import uvicorn
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("https needs both a certificate and its key")
-    app = create_app(store_url, allowed_hosts=allowed_names(host, allowed_hosts), auth=auth)
+    app = create_app(
+        store_url,
+        allowed_hosts=allowed_names(host, allowed_hosts),
+        auth=auth,
+        otlp_endpoint=otlp_endpoint,
+    )
     scheme = "https" if tls_cert is not None else "http"
     if open_browser:
         url = f"{scheme}://{page_host(host)}:{port}/"

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from tunescope.analyze import FindingSettings
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
 from tunescope.server._errors import invalid, not_found
@@ -117,13 +116,16 @@ def public_router(store: Store, mode: Mode) -> APIRouter:
     return router
 
 
-def api_router(store: PooledStore, settings: FindingSettings | None = None) -> APIRouter:
+def api_router(store: PooledStore, findings: FindingsCache | None = None) -> APIRouter:
     """The ``/api`` routes over one store that need a principal (the caller mounts them
     under ``/api`` behind the Authenticator). Each answers only what the request's principal
-    may see: a run, trial or project of another project is a 404, as if it did not exist."""
+    may see: a run, trial or project of another project is a 404, as if it did not exist.
+    ``findings``: the app's one findings cache (with the project's thresholds), shared with
+    ``/metrics``; by default one of the routes' own with the default thresholds."""
     router = APIRouter()
     summaries = RunSummaries(store)
-    findings = FindingsCache(store, settings=settings)
+    if findings is None:
+        findings = FindingsCache(store)
     metrics_body = [metric_json(m) for m in CATALOG]
 
     @router.get("/metrics", response_model=list[MetricOut], summary="The metric catalog")

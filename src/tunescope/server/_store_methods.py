@@ -213,6 +213,7 @@ METHODS: dict[str, Method] = {
         False, {"trial_id": _R, "start": _N, "end": _N, "kinds": _KINDS, "limit": (_int, 2000)}
     ),
     "count_events": Method(False, {"trial_id": _R, "kinds": _KINDS, "start": _FROM, "end": _TO}),
+    "latest": Method(False, {"trial_id": _R}),
     "corrupt_series": Method(False, {}),
 }
 """The contract methods served, by name (``store/_contract.py`` documents each)."""

@@ -293,6 +293,22 @@ class Store(abc.ABC):
         pt, pv = self._pending(series_id, start, end)
         return np.concatenate([t[keep], pt]), np.concatenate([v[keep], pv])
 
+    def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:
+        """The newest sample ``(series, t, value)`` of every series of a trial that has one,
+        ordered as :meth:`list_series`: what a trial uses now, for a live view (a Prometheus
+        scrape). Its cost does not grow with a series' length: at most one chunk is decoded
+        per series. A newest chunk that cannot be decoded is skipped as :meth:`read_samples`
+        skips it (the series' pending samples, if any, still answer)."""
+        out = []
+        for s in self.list_series(trial_id):
+            extent = self.series_extent(s.id)
+            if extent is None:
+                continue
+            t, v = self.read_samples(s.id, extent[1], extent[1])
+            if len(t):
+                out.append((s, float(t[-1]), float(v[-1])))
+        return out
+
     def corrupt_series(self) -> list[tuple[SeriesInfo, int]]:
         """Series whose reads through this store skipped chunks that could not be decoded
         (or that disagree with their summary row), with how many distinct chunks each, by

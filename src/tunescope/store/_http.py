@@ -392,6 +392,9 @@ class HttpStore(Store):
         args = {"trial_id": trial_id, "kinds": _kinds(kinds), "start": start, "end": end}
         return self._get("count_events", args, int)
 
+    def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:
+        return self._get("latest", {"trial_id": trial_id}, _list(_newest))
+
     def corrupt_series(self) -> list[tuple[SeriesInfo, int]]:
         """The series this store read whose chunks the server had to skip (the server's
         stores remember what any of their reads skipped; see :meth:`Store.corrupt_series`)."""
@@ -420,6 +423,11 @@ def _optional(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
 def _extent(v: Any) -> tuple[float, float, int]:
     first, last, n = v
     return float(first), float(last), int(n)
+
+
+def _newest(v: Any) -> tuple[SeriesInfo, float, float]:
+    info, t, value = v
+    return series_of(info), float(t), float(value)
 
 
 def _none(v: Any) -> None:

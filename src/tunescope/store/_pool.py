@@ -200,6 +200,9 @@ class PooledStore(Store):
     def _series_info(self, series_id: int) -> SeriesInfo:
         return self._call("_series_info", series_id)  # type: ignore[no-any-return]
 
+    def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:
+        return self._call("latest", trial_id)  # type: ignore[no-any-return]
+
     def corrupt_series(self) -> list[tuple[SeriesInfo, int]]:
         """What every member skipped (see :meth:`Store.corrupt_series`)."""
         with self._lock:

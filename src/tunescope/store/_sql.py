@@ -1087,6 +1087,61 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         return float(min(firsts)), float(max(lasts)), int(c[2] or 0) + int(p[2] or 0)
 
     @retrying
+    def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:
+        """As :meth:`Store.latest`, in three statements for the whole trial (its series, the
+        newest pending sample of each, the newest chunk's summary of each) and one for the
+        bytes of the chunks that hold a series' newest sample (none is pending after it),
+        decoded together."""
+        tid = _sql_int(trial_id)
+        with self._tx() as cur:
+            series = [
+                SeriesInfo(int(r[0]), int(r[1]), r[2], r[3] or None, r[4])
+                for r in self._q(
+                    cur,
+                    "SELECT id, trial_id, metric, device, note FROM series WHERE trial_id = ? "
+                    "ORDER BY metric, device",
+                    (tid,),
+                ).fetchall()
+            ]
+            pending = {
+                int(sid): (float(t), float(v))
+                for sid, t, v in self._q(
+                    cur,
+                    "SELECT p.series_id, p.t, p.value FROM pending p "
+                    "JOIN series s ON s.id = p.series_id WHERE s.trial_id = ? AND p.t = "
+                    "(SELECT MAX(q.t) FROM pending q WHERE q.series_id = p.series_id)",
+                    (tid,),
+                ).fetchall()
+            }
+            newest = {
+                int(r[1]): (int(r[0]), float(r[2]), float(r[3]), int(r[4]), *_floats(r[5:8]))
+                for r in self._q(
+                    cur,
+                    "SELECT c.id, c.series_id, c.t_first, c.t_last, c.n, c.vmin, c.vmax, c.vsum "
+                    "FROM chunks c JOIN series s ON s.id = c.series_id WHERE s.trial_id = ? "
+                    "AND c.t_first = "
+                    "(SELECT MAX(d.t_first) FROM chunks d WHERE d.series_id = c.series_id)",
+                    (tid,),
+                ).fetchall()
+            }
+        # the newest chunks to decode: at once, each one's last sample at its count's end
+        todo = [
+            (sid, c) for sid, c in newest.items() if sid not in pending or c[2] > pending[sid][0]
+        ]
+        t, v, bad = self._decode_chunks([c for _, c in todo])
+        if not bad:
+            ends = np.cumsum([c[3] for _, c in todo], dtype=np.int64) - 1
+            for (sid, _), e in zip(todo, ends.tolist(), strict=True):
+                pending[sid] = (float(t[e]), float(v[e]))
+        else:  # one at a time, leaving the damaged ones out
+            for sid, c in todo:
+                t, v, bad = self._decode_chunks([c])
+                self._note_corrupt(sid, bad)
+                if len(t):
+                    pending[sid] = (float(t[-1]), float(v[-1]))
+        return [(s, *pending[s.id]) for s in series if s.id in pending]
+
+    @retrying
     def disk_bytes(self) -> dict[str, int]:
         """Bytes of encoded chunk data and pending rows, for benchmarks and `tunescope runs`."""
         with self._tx() as cur:
@@ -1253,6 +1308,11 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 (_sql_int(trial_id),),
             ).fetchall()
         return [r[0] for r in rows]
+
+
+def _floats(row: Sequence[Any]) -> tuple[float, float, float]:
+    a, b, c = row
+    return float(a), float(b), float(c)
 
 
 def _sql_int(value: int) -> int:

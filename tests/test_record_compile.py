@@ -82,9 +82,7 @@ def _run_child(url: str, backend: str, n: int) -> dict[str, object]:
     return result
 
 
-def test_a_compiled_step_sees_no_break_or_warning_from_the_hook(
-    sqlite_url: str, db: Store
-) -> None:
+def test_a_compiled_step_sees_no_break_or_warning_from_the_hook(sqlite_url: str, db: Store) -> None:
     n = 5
     out = _run_child(sqlite_url, "eager", n)
     assert out["installed_before"] is False

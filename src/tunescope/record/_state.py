@@ -74,8 +74,9 @@ class Recorder:
         self.steps: deque[tuple[float, object]] = deque(maxlen=MAX_BUFFER)
         """(t, optimizer) per optimizer step; numbered by the flusher."""
         self.events: deque[EventRow] = deque(maxlen=MAX_BUFFER)
-        self.scalars: deque[tuple[str, int | None, float, float]] = deque(maxlen=MAX_BUFFER)
-        """(name, step, t, value)."""
+        self.scalars: deque[tuple[str, int | None, float, object]] = deque(maxlen=MAX_BUFFER)
+        """(name, step, t, value): value a float, or a detached one-element tensor that the
+        flusher converts (``Trial.log`` never reads a tensor in the training thread)."""
         self.closed = False
 
 

@@ -21,6 +21,7 @@ HEAVY = [
     "uvicorn",
     "optuna",
     "peft",
+    "pandas",
 ]
 
 

@@ -340,6 +340,10 @@ def test_without_pynvml_gpu_metrics_are_absent_said_once(
         "cpu.procs",
         "host.cpu.util",
         "host.mem.used",
+        "disk.read",
+        "disk.write",
+        "net.recv",
+        "net.sent",
     }
     (procs,) = store.list_series(trial, "cpu.procs")
     assert store.read_samples(procs.id)[1].tolist() == [1.0] * 5

@@ -346,7 +346,7 @@ def test_every_emitted_metric_is_in_the_catalog() -> None:
     for key in (*HOST_METRICS, *GPU_METRICS):
         assert metric(key).key == key
     assert {metric(k).scope for k in GPU_METRICS} == {"gpu"}
-    assert {metric(k).scope for k in HOST_METRICS} <= {"trial", "host"}
+    assert {metric(k).scope for k in HOST_METRICS} <= {"trial", "host", "netns"}
 
 
 def test_public_names_resolve() -> None:

@@ -24,6 +24,7 @@ HEAVY = [
     "mlflow",
     "wandb",
     "tensorboard",
+    "pandas",
 ]
 
 

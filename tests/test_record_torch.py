@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
@@ -207,3 +208,54 @@ def test_the_hook_only_timestamps_and_appends(sqlite_url: str) -> None:
             sys.setprofile(None)
             gc.enable()
     assert calls == ["on_optimizer_step", "C time", "C append"] * 100
+
+
+class _Spy(torch.Tensor):
+    """A tensor that notes which thread reads it as a number (``float()`` or ``.item()``)."""
+
+    readers: list[str] = []  # noqa: RUF012 - shared on purpose
+    broken = False
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in (torch.Tensor.__float__, torch.Tensor.item):
+            _Spy.readers.append(threading.current_thread().name)
+            if cls.broken:
+                raise RuntimeError("device lost")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class _Broken(_Spy):
+    broken = True
+
+
+def test_log_of_a_tensor_is_read_off_the_training_thread(
+    sqlite_url: str, db: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``trial.log(loss=tensor)`` never reads the tensor in the caller's thread (on a GPU that
+    read waits for the device): the flusher thread does, and stores the value the tensor had
+    when it was logged, even if training changes it in place afterwards. A tensor that cannot
+    be read is dropped with one warning, and the other scalars are kept."""
+    _Spy.readers.clear()
+    w = torch.tensor(1.25, requires_grad=True)
+    with ts.run("lazy", store=sqlite_url, sampler=False) as run, run.trial() as trial:
+        for step in range(1, 4):
+            loss = (w * 2 * step).as_subclass(_Spy)  # requires grad: log must detach it
+            acc = torch.tensor(float(step)).as_subclass(_Spy)
+            trial.log(step=step, loss=loss, acc=acc)
+            acc.add_(100.0)  # an in-place change after log() does not reach the store
+            assert _Spy.readers == []  # nothing read in the training thread
+            trial.log(step=step, bad=torch.tensor(1.0).as_subclass(_Broken))
+            trial.log(step=step, nan=torch.tensor(float("nan")), vec=torch.ones(3))
+        assert threading.current_thread().name not in _Spy.readers
+    assert _Spy.readers and all(r.startswith("tunescope-flush") for r in _Spy.readers)
+    assert trial.id is not None
+    got = {(s.name, s.step): s.value for s in db.scalars(trial.id)}
+    assert got == {
+        **{("loss", s): 2.5 * s for s in (1, 2, 3)},
+        **{("acc", s): float(s) for s in (1, 2, 3)},
+    }
+    warned = [r.getMessage() for r in caplog.records if "tunescope: log(" in r.getMessage()]
+    assert len([m for m in warned if "bad" in m and "device lost" in m]) == 1
+    assert len([m for m in warned if "nan=" in m and "not a finite" in m]) == 1
+    assert len([m for m in warned if "vec=" in m and "3 elements" in m]) == 1

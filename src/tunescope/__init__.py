@@ -1,7 +1,8 @@
 """tunescope: second-by-second hardware use of every trial of an ML fine-tune.
 
 The SDK (``tunescope.run``, ``Run.trial``, ``current_trial``) lives in
-:mod:`tunescope.record`; stores in :mod:`tunescope.store`; the metric catalog in
+:mod:`tunescope.record`; stores in :mod:`tunescope.store`; ``tunescope.load`` reads a run's
+samples into a pandas DataFrame (the rows of ``tunescope export``); the metric catalog in
 :mod:`tunescope.metrics`. Importing tunescope imports no ML framework, driver or server.
 """
 
@@ -23,6 +24,7 @@ from tunescope.errors import (
 if TYPE_CHECKING:
     from tunescope.record import Run, Trial, current_trial, run
     from tunescope.store import open_store
+    from tunescope.store._export import load
 
 __version__ = "0.1.0"
 
@@ -41,6 +43,7 @@ __all__ = [
     "TunescopeError",
     "__version__",
     "current_trial",
+    "load",
     "open_store",
     "run",
 ]
@@ -51,6 +54,7 @@ _LAZY = {
     "Trial": "tunescope.record",
     "current_trial": "tunescope.record",
     "open_store": "tunescope.store",
+    "load": "tunescope.store._export",
 }
 
 

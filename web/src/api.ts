@@ -7,7 +7,7 @@ export interface MetricInfo {
   unit: string;
   scale: number;
   source: string;
-  scope: "trial" | "gpu" | "host";
+  scope: "trial" | "gpu" | "host" | "netns";
   headline: boolean;
   markers: boolean;
   max_value: number | null;

@@ -23,9 +23,17 @@ from tunescope.cli._report import report
 from tunescope.cli._sync import spool_note
 from tunescope.cli._sync import sync as sync_spool
 from tunescope.cli._tokens import tokens
-from tunescope.errors import ConfigError, NotFound
+from tunescope.errors import ConfigError
 from tunescope.metrics import CATALOG, metric
-from tunescope.store import Store, TrialInfo, absolute_url, check_url, open_store
+from tunescope.store import (
+    EVENT_COLUMNS,
+    SAMPLE_COLUMNS,
+    Store,
+    absolute_url,
+    check_url,
+    export_rows,
+    open_store,
+)
 
 app = typer.Typer(
     name="tunescope",
@@ -296,16 +304,6 @@ def trials(
     typer.echo(fmt.render_rows(TRIAL_KEYS, rows, TRIAL_COLUMNS, out_format))
 
 
-def _select_trials(st: Store, run_ref: str, trial: str | None) -> tuple[float, list[TrialInfo]]:
-    r = st.get_run(as_run(run_ref))
-    ts = st.list_trials(r.id)
-    if trial is not None:
-        ts = [t for t in ts if t.name == trial]
-        if not ts:
-            raise NotFound(f"run {r.name!r} has no trial {trial!r}")
-    return r.start, ts
-
-
 @app.command(cls=Command)
 def export(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run name or id.")],
@@ -343,36 +341,17 @@ def export(
             raise ConfigError(str(exc.args[0])) from None
     dest = check.out_dest(out, store)
     with open_store(store, create=False) as st:
-        run_name = st.get_run(as_run(run_ref)).name
-        t0, selected = _select_trials(st, run_ref, trial)
-        samples: list[list[Any]] = []
-        events: list[list[Any]] = []
-        for t in selected:
-            if out_format == "json" or what == "samples":
-                for s in st.list_series(t.id, metric_key):
-                    ts, vs = st.read_samples(s.id)
-                    samples.extend(
-                        [run_name, t.name, s.metric, s.device or "", a, round(a - t0, 3), b]
-                        for a, b in zip(ts.tolist(), vs.tolist(), strict=True)
-                    )
-            if out_format == "json" or what == "events":
-                ev = st.events(t.id, -math.inf, math.inf, limit=sys.maxsize)
-                events.extend(
-                    [
-                        run_name,
-                        t.name,
-                        e.kind,
-                        e.name or "",
-                        e.step,
-                        e.t,
-                        round(e.t - t0, 3),
-                        e.duration,
-                    ]
-                    for e in (ev.events or [])
-                )
+        got = export_rows(
+            st,
+            as_run(run_ref),
+            trial=trial,
+            metrics=metric_key,
+            samples=out_format == "json" or what == "samples",
+            events=out_format == "json" or what == "events",
+        )
         warnings = fmt.damage_warnings(st)
-    s_head = ["run", "trial", "metric", "device", "t", "elapsed_s", "value"]
-    e_head = ["run", "trial", "kind", "name", "step", "t", "elapsed_s", "duration_s"]
+    samples, events = got.samples, got.events
+    s_head, e_head = SAMPLE_COLUMNS, EVENT_COLUMNS
     try:
         sink = sys.stdout if dest is None else dest.open("w", newline="", encoding="utf-8")
     except OSError as exc:

@@ -3,8 +3,9 @@
 Run as ``python -m tunescope.collect --store URL --trial ID --pid PID [--interval S]`` (see
 :mod:`tunescope.collect._main` for the stdin/stdout protocol). Probes:
 
-* host (:class:`HostProbe`): CPU time, PSS memory and processes of the trial's process tree,
-  cgroup/affinity capacity, host CPU and RAM;
+* host (:class:`HostProbe`): CPU time, PSS memory, disk I/O and processes of the trial's
+  process tree, network bytes of its network namespace, cgroup/affinity capacity, host CPU
+  and RAM;
 * GPU (:class:`GpuProbe`) over a :class:`GpuBackend`: the real NVML (:class:`NvmlBackend`,
   GPM on Hopper and newer) or recorded readings (:class:`ReplayBackend`, chosen with
   ``$TUNESCOPE_GPU_REPLAY``).

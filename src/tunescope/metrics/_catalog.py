@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 Source = Literal["host", "nvml", "gpm", "torch", "sdk"]
-Scope = Literal["trial", "gpu", "host"]
+Scope = Literal["trial", "gpu", "host", "netns"]
 
 GIB = 1024.0**3
+_MIB = 1024.0**2
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,9 @@ class Metric:
     label: what the page and reports call it ("GPU Memory Usage").
     unit: display unit; ``scale`` multiplies a stored base-unit value into it.
     source: which probe produces it.
-    scope: ``trial`` (the trial's process tree), ``gpu`` (one series per GPU index) or
-        ``host`` (the whole machine).
+    scope: ``trial`` (the trial's process tree), ``gpu`` (one series per GPU index),
+        ``host`` (the whole machine) or ``netns`` (the network namespace of the trial: Linux
+        counts network bytes per interface, not per process).
     headline: one of the four metrics of the seed page, shown first.
     markers: whether optimizer-step and evaluation markers are drawn on its chart.
     max_value: a fixed top for the y axis in display units (100 for percentages), else None.
@@ -181,6 +183,54 @@ CATALOG: tuple[Metric, ...] = (
         "psutil.virtual_memory().total - available",
         "RAM in use on the whole machine, every process included.",
         scale=1 / GIB,
+    ),
+    _m(
+        "disk.read",
+        "Disk Read",
+        "MiB/s",
+        "host",
+        "trial",
+        "sum of psutil.Process.io_counters().read_bytes deltas over the process tree / wall time",
+        "Bytes the trial's process tree read from storage per second (/proc/PID/io "
+        "read_bytes): reads served from the page cache do not count.",
+        scale=1 / _MIB,
+    ),
+    _m(
+        "disk.write",
+        "Disk Write",
+        "MiB/s",
+        "host",
+        "trial",
+        "sum of psutil.Process.io_counters().write_bytes deltas over the process tree / wall time",
+        "Bytes the trial's process tree wrote towards storage per second (/proc/PID/io "
+        "write_bytes, counted when the page cache is dirtied): checkpoints, logs, caches.",
+        scale=1 / _MIB,
+    ),
+    _m(
+        "net.recv",
+        "Network Received",
+        "MiB/s",
+        "host",
+        "netns",
+        "received bytes of every interface but lo in /proc/PID/net/dev of the trial's root "
+        "process, deltas / wall time",
+        "Bytes received per second by the network namespace of the trial, loopback excluded: "
+        "the trial's own traffic in a container, the whole machine's when it shares the "
+        "host's namespace (Linux keeps no per-process network counters).",
+        scale=1 / _MIB,
+    ),
+    _m(
+        "net.sent",
+        "Network Sent",
+        "MiB/s",
+        "host",
+        "netns",
+        "transmitted bytes of every interface but lo in /proc/PID/net/dev of the trial's root "
+        "process, deltas / wall time",
+        "Bytes sent per second by the network namespace of the trial, loopback excluded: "
+        "the trial's own traffic in a container, the whole machine's when it shares the "
+        "host's namespace (Linux keeps no per-process network counters).",
+        scale=1 / _MIB,
     ),
     _m(
         "gpu.mem.used",

@@ -6,7 +6,8 @@ the hooked optimizer steps (per optimizer, from 1; steps an integration records 
 ``Trial.optimizer_step`` come numbered), derives the trial-level samples of the period
 (``train.step_time``, ``train.data_wait``, ``train.throughput``, and, where ``torch.cuda`` is
 initialised, ``torch.mem.allocated`` / ``torch.mem.reserved`` / ``torch.alloc_retries`` per
-device), and hands everything, with the trial's heartbeat, to the trial's
+device), reads the tensors ``Trial.log`` kept (so that no wait for a device falls on the
+training thread), and hands everything, with the trial's heartbeat, to the trial's
 :class:`~tunescope.store.Writer` as one batch. It also keeps the trial's sampler alive (see
 :class:`~tunescope.record._launch.Supervised`).
 
@@ -227,11 +228,39 @@ class Flusher:
                 exc,
             )
 
+    def _scalars(self, raw: list[tuple[str, int | None, float, object]]) -> list[ScalarRow]:
+        """The drained scalars as floats. A tensor that ``Trial.log`` kept is read here, in
+        this thread, so the wait for its device never falls on training; one that cannot be
+        read, or is not finite, is dropped with one warning per name."""
+        out: list[ScalarRow] = []
+        for name, step, t, v in raw:
+            if type(v) is float:
+                out.append((name, step, t, v))
+                continue
+            try:
+                f = float(v)  # type: ignore[arg-type]  # a one-element tensor
+            except Exception as exc:
+                f, why = math.nan, f"{type(exc).__name__}: {exc}"
+            else:
+                why = "not a finite number"
+            if not math.isfinite(f):
+                self._once.warn(
+                    f"log:{name}",
+                    "tunescope: log(%s=tensor) dropped: %s (further ones of %s are dropped "
+                    "silently)",
+                    name,
+                    why,
+                    name,
+                )
+                continue
+            out.append((name, step, t, f))
+        return out
+
     def _collect(self, now: float) -> tuple[list[EventRow], list[ScalarRow], list[SampleRow]]:
         rec = self.rec
         steps = _drain(rec.steps)
         drained = _drain(rec.events)
-        scalars: list[ScalarRow] = _drain(rec.scalars)
+        scalars = self._scalars(_drain(rec.scalars))
         events: list[EventRow] = []
         samples: list[SampleRow] = []
         for t, opt in steps:

@@ -15,6 +15,11 @@ gradient scaler skips (``GradScaler.step`` with inf/NaN gradients) never calls
 ``optimizer.step()``, so the hook does not record it. A trial whose ``auto_steps`` is off is
 left alone by the hook: an integration that knows the framework's own step numbers (the
 Trainer's ``global_step``) records them explicitly.
+
+The hook is handed to torch wrapped in ``torch.compiler.disable``, so that ``torch.compile``
+never traces into it: a compiled training step that calls ``optimizer.step()`` gets no warning
+and no graph break from us (Dynamo cannot trace ``time.time`` nor the thread-local lookup), and
+the hook still runs, eagerly, once per step.
 """
 
 from __future__ import annotations
@@ -69,8 +74,9 @@ class Recorder:
         self.steps: deque[tuple[float, object]] = deque(maxlen=MAX_BUFFER)
         """(t, optimizer) per optimizer step; numbered by the flusher."""
         self.events: deque[EventRow] = deque(maxlen=MAX_BUFFER)
-        self.scalars: deque[tuple[str, int | None, float, float]] = deque(maxlen=MAX_BUFFER)
-        """(name, step, t, value)."""
+        self.scalars: deque[tuple[str, int | None, float, object]] = deque(maxlen=MAX_BUFFER)
+        """(name, step, t, value): value a float, or a detached one-element tensor that the
+        flusher converts (``Trial.log`` never reads a tensor in the training thread)."""
         self.closed = False
 
 
@@ -143,8 +149,21 @@ def ensure_hook() -> bool:
         return False
     with _lock:
         if _handle is None:
-            _handle = register(on_optimizer_step)
+            _handle = register(_invisible_to_compile(on_optimizer_step))
     return True
+
+
+def _invisible_to_compile(hook: Any) -> Any:
+    """``hook`` under ``torch.compiler.disable`` when this torch has it (2.1 and newer); torch
+    is already imported here (the caller checked ``torch.optim.optimizer``)."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    disable = getattr(compiler, "disable", None)
+    if disable is None:
+        return hook
+    try:
+        return disable(hook)
+    except Exception:  # an odd torch build: an uncompiled hook still records
+        return hook
 
 
 def _after_fork_in_child() -> None:

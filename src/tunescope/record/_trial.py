@@ -395,14 +395,40 @@ class Trial:
     @guarded()
     def log(self, step: int | None = None, **values: Any) -> None:
         """Record scalars (``loss=…``, ``**{"eval/accuracy": …}``). Values that are not
-        finite numbers are skipped with one warning per name."""
+        finite numbers are skipped with one warning per name.
+
+        A torch tensor is never read here: reading a CUDA tensor waits for the device, which
+        would stall the training thread. A one-element tensor is kept as ``detach().clone()``
+        (no graph held, no wait: the copy is queued on the device like any kernel, and later
+        in-place changes or a CUDA-graph replay of the original do not change it) and the
+        flusher thread turns it into a float, at most a flush period later; until then the
+        buffer holds that one-element copy (a few hundred bytes of device memory each). One
+        that cannot be converted there, or is not finite, is dropped with one warning per
+        name."""
         rec = self._rec
         if rec is None or rec.closed or self._replica:
             return
         _state.ensure_hook()
         t = time.time()
         st = None if step is None else int(step)
+        tensor = getattr(sys.modules.get("torch"), "Tensor", None)
         for key, v in values.items():
+            if tensor is not None and isinstance(v, tensor):
+                try:
+                    if v.numel() != 1:  # metadata only: no device wait
+                        raise TypeError(f"a tensor of {v.numel()} elements, not one")
+                    rec.scalars.append((key, st, t, v.detach().clone()))
+                    continue
+                except Exception as exc:
+                    self._once.warn(
+                        f"log:{key}",
+                        "tunescope: log(%s=…) skipped: %s (further ones of %s are "
+                        "skipped silently)",
+                        key,
+                        exc,
+                        key,
+                    )
+                    continue
             try:
                 if isinstance(v, (str, bytes)):
                     raise TypeError("not a number")

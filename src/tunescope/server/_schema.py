@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tunescope.metrics._catalog import Scope
+
 __all__ = [
     "CheckpointOut",
     "ErrorBody",
@@ -90,7 +92,7 @@ class MetricOut(BaseModel):
     unit: str = Field(description="display unit")
     scale: float = Field(description="multiply a stored base-unit value by this for `unit`")
     source: str
-    scope: Literal["trial", "gpu", "host"]
+    scope: Scope = Field(description="trial, gpu (one series per GPU), host or netns")
     headline: bool
     markers: bool = Field(description="whether step / evaluation markers belong on its chart")
     max_value: float | None = Field(description="fixed top of the y axis in display units")

@@ -18,6 +18,7 @@ from tunescope.store._batch import (
     new_key,
 )
 from tunescope.store._contract import CHUNK_SAMPLES, LOST_AFTER_S, Store
+from tunescope.store._export import EVENT_COLUMNS, SAMPLE_COLUMNS, ExportRows, export_rows
 from tunescope.store._model import (
     EVENT_KINDS,
     TRIAL_STATES,
@@ -50,8 +51,10 @@ from tunescope.store._writer import Writer
 __all__ = [
     "CHUNK_SAMPLES",
     "DEFAULT_STORE",
+    "EVENT_COLUMNS",
     "EVENT_KINDS",
     "LOST_AFTER_S",
+    "SAMPLE_COLUMNS",
     "TRIAL_STATES",
     "Batch",
     "Bucket",
@@ -59,6 +62,7 @@ __all__ = [
     "EventBin",
     "EventRow",
     "EventsWindow",
+    "ExportRows",
     "PooledStore",
     "ReplayStats",
     "RunInfo",
@@ -75,6 +79,7 @@ __all__ = [
     "absolute_url",
     "check_url",
     "display",
+    "export_rows",
     "keeps",
     "new_key",
     "open_store",

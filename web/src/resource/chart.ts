@@ -22,6 +22,7 @@ export function rgba(hex: string, alpha: number): string {
 export function deviceLabel(metric: MetricInfo, device: string | null): string {
   if (metric.scope === "gpu") return device === null ? "GPU" : `GPU ${device}`;
   if (device !== null && device !== "") return device;
+  if (metric.scope === "netns") return "Network namespace";
   return metric.scope === "host" ? "Host" : "Trial";
 }
 

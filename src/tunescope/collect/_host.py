@@ -362,7 +362,8 @@ class HostProbe:
             got = (ns, parse_net_dev(text))
             break
         if got is None:
-            self._log("net", "cannot read the network counters of the trial's namespace")
+            if procs:  # a tree that has ended has no namespace left to read: nothing to say
+                self._log("net", "cannot read the network counters of the trial's namespace")
             self._net = None
             return
         ns, now = got

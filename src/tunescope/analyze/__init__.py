@@ -40,6 +40,8 @@ from tunescope.analyze._summary import (
     TrialSummary,
     summarize_metric,
     summarize_trial,
+    trial_duration,
+    trial_end,
 )
 from tunescope.analyze._text import printable
 
@@ -77,5 +79,7 @@ __all__ = [
     "summarize_metric",
     "summarize_trial",
     "to_dict",
+    "trial_duration",
+    "trial_end",
     "trial_objective",
 ]

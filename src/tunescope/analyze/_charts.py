@@ -1,4 +1,6 @@
-"""PNG charts for reports (matplotlib, imported here only: ``pip install 'tunescope[report]'``).
+"""Trial charts for reports: what a chart shows (:class:`TrialChart`, read from the store by
+:func:`trial_chart`) and its PNG (matplotlib, imported only to draw: ``pip install
+'tunescope[report]'``).
 
 One figure per trial: the four headline metrics in a 2 x 2 grid against the time elapsed
 since the run began, one line per device, the band between bucket minima and maxima shaded
@@ -10,12 +12,107 @@ many to draw) and evaluations shaded orange.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 from typing import Any
 
-from tunescope.analyze._report import ChartPanel, TrialChart
+from tunescope.analyze._summary import sampler_gaps, trial_end
 from tunescope.errors import ConfigError
+from tunescope.metrics import headline
+from tunescope.store import Store, TrialInfo
 
-__all__ = ["EVAL_COLOR", "STEP_COLOR", "require_charts", "trial_png"]
+__all__ = [
+    "CHART_POINTS",
+    "EVAL_COLOR",
+    "STEP_COLOR",
+    "ChartLine",
+    "ChartPanel",
+    "TrialChart",
+    "require_charts",
+    "trial_chart",
+    "trial_png",
+]
+
+CHART_POINTS = 600
+"""Buckets per series in a chart."""
+
+
+@dataclass(frozen=True)
+class ChartLine:
+    """One series in a chart: ``t`` seconds since the run began, values in display units
+    (bucket means, with ``lo``/``hi`` their minima and maxima)."""
+
+    label: str
+    t: list[float]
+    v: list[float]
+    lo: list[float]
+    hi: list[float]
+
+
+@dataclass(frozen=True)
+class ChartPanel:
+    key: str
+    label: str
+    unit: str
+    max_value: float | None
+    markers: bool
+    lines: list[ChartLine]
+
+
+@dataclass(frozen=True)
+class TrialChart:
+    """What one trial's chart shows; times in seconds since the run began. ``steps`` holds
+    step times, or (t0, t1, count) bins when there are too many; ``evals`` (start, end);
+    ``gaps`` (start, end) of the spans without hardware samples (a sampler restarted)."""
+
+    panels: list[ChartPanel]
+    steps: list[float]
+    step_bins: list[tuple[float, float, int]]
+    evals: list[tuple[float, float]]
+    gaps: list[tuple[float, float]] = field(default_factory=list)
+
+
+def trial_chart(store: Store, t: TrialInfo, origin: float) -> TrialChart:
+    """The trial's chart, times counted from ``origin`` (the run's start)."""
+    ext = [e for s in store.list_series(t.id) if (e := store.series_extent(s.id)) is not None]
+    end = trial_end(t)
+    lo = min([t.start, *(e[0] for e in ext)])
+    hi = max([end if end is not None else t.start, *(e[1] for e in ext)])
+    hi = max(hi, lo + 1.0)
+    panels = []
+    for m in headline():
+        lines = []
+        for s in store.list_series(t.id, m.key):
+            w = store.window(s.id, lo, hi + 1e-3, CHART_POINTS)
+            if w.samples is not None:
+                ts = [a - origin for a, _ in w.samples]
+                vs = [b * m.scale for _, b in w.samples]
+                lines.append(ChartLine(_device_label(s.device), ts, vs, vs, vs))
+            elif w.buckets:
+                b = w.buckets
+                lines.append(
+                    ChartLine(
+                        _device_label(s.device),
+                        [(x.t_first + x.t_last) / 2 - origin for x in b],
+                        [x.mean * m.scale for x in b],
+                        [x.min * m.scale for x in b],
+                        [x.max * m.scale for x in b],
+                    )
+                )
+        panels.append(ChartPanel(m.key, m.label, m.unit, m.max_value, m.markers, lines))
+    steps_w = store.events(t.id, lo, hi, kinds=["optimizer_step"], limit=400)
+    evals_w = store.events(t.id, lo, hi, kinds=["evaluation"], limit=100_000)
+    return TrialChart(
+        panels,
+        [e.t - origin for e in steps_w.events or []],
+        [(b.t0 - origin, b.t1 - origin, b.count) for b in steps_w.bins or [] if b.count],
+        [(e.t - origin, e.t + (e.duration or 0.0) - origin) for e in evals_w.events or []],
+        [(a - origin, a + d - origin) for a, d in sampler_gaps(store, t)],
+    )
+
+
+def _device_label(device: str | None) -> str:
+    return "trial" if device is None else f"GPU {device}"
+
 
 STEP_COLOR = "#1a9b50"
 EVAL_COLOR = "#f08c00"

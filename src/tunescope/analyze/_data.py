@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tunescope.analyze._summary import trial_end
 from tunescope.store import SeriesInfo, Store, TrialInfo
 
 __all__ = ["MAX_POINTS", "Trace", "TrialData"]
@@ -171,15 +172,9 @@ class TrialData:
         if self._bounds is None:
             tr = self.trial
             lo = tr.start
-            hi = (
-                tr.end
-                if tr.end is not None
-                else (
-                    tr.heartbeat
-                    if tr.heartbeat is not None
-                    else (self._now if self._now is not None else time.time())
-                )
-            )
+            hi = trial_end(tr)
+            if hi is None:
+                hi = self._now if self._now is not None else time.time()
             for infos in self._all_series().values():
                 for s in infos:
                     ext = self.store.series_extent(s.id)

@@ -26,6 +26,7 @@ from tunescope.analyze._data import TrialData
 from tunescope.analyze._finding import Finding, Severity
 from tunescope.analyze._gpus import gpu_devices
 from tunescope.analyze._settings import FindingSettings
+from tunescope.analyze._summary import trial_duration
 from tunescope.analyze._text import GIB, MIB, pct, size
 from tunescope.errors import ConfigError
 
@@ -307,11 +308,10 @@ def right_size(
 
 
 def _hours(d: TrialData) -> float | None:
-    tr = d.trial
-    end = tr.end if tr.end is not None else tr.heartbeat
-    if end is None or not end > tr.start:
+    duration = trial_duration(d.trial)
+    if duration is None or not duration > 0:
         return None
-    return (end - tr.start) / 3600.0
+    return duration / 3600.0
 
 
 def describe_catalog(catalog: tuple[GpuType, ...] = GPU_CATALOG) -> list[dict[str, Any]]:

@@ -1,13 +1,42 @@
-"""Per-trial summaries: peak and mean of each metric, and how many training events ran."""
+"""Per-trial summaries: peak and mean of each metric, how many training events ran, and the
+one rule for a trial's end and duration."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tunescope.metrics import headline, metric
 from tunescope.store import Store, TrialInfo
 
-__all__ = ["MetricSummary", "TrialSummary", "summarize_trial"]
+__all__ = [
+    "MetricSummary",
+    "TrialSummary",
+    "sampler_gaps",
+    "summarize_trial",
+    "trial_duration",
+    "trial_end",
+]
+
+
+def trial_end(trial: TrialInfo) -> float | None:
+    """When the trial ended; while it runs (or once its sampler is gone without ending it) its
+    latest heartbeat; None before either."""
+    return trial.end if trial.end is not None else trial.heartbeat
+
+
+def trial_duration(trial: TrialInfo) -> float | None:
+    """The trial's duration: :func:`trial_end` - start (None without an end or heartbeat).
+    Reports, ``tunescope trials``, trackers and right-sizing all use this one."""
+    end = trial_end(trial)
+    return None if end is None else end - trial.start
+
+
+def sampler_gaps(store: Store, trial: TrialInfo) -> list[tuple[float, float]]:
+    """(t, duration) of each span with no hardware samples: the sampler died and was
+    restarted (``sampler_gap`` events)."""
+    ev = store.events(trial.id, -math.inf, math.inf, kinds=["sampler_gap"], limit=100_000).events
+    return [(e.t, e.duration or 0.0) for e in ev or []]
 
 
 @dataclass(frozen=True)
@@ -34,7 +63,8 @@ class TrialSummary:
 
     @property
     def duration(self) -> float | None:
-        return None if self.trial.end is None else self.trial.end - self.trial.start
+        """See :func:`trial_duration`."""
+        return trial_duration(self.trial)
 
 
 def summarize_metric(store: Store, trial_id: int, key: str) -> MetricSummary | None:

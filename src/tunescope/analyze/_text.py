@@ -1,9 +1,14 @@
-"""Text for people: numbers in finding messages (sizes, percentages, durations), and names
-people typed made safe to print on a terminal."""
+"""Text for people: numbers in finding messages (sizes, percentages, durations), stored values
+in their display units and elapsed times (reports and the CLI's tables, one way for both), and
+names people typed made safe to print on a terminal."""
 
 from __future__ import annotations
 
-__all__ = ["dur", "pct", "printable", "size"]
+import math
+
+from tunescope.metrics import metric
+
+__all__ = ["dur", "elapsed", "pct", "printable", "size", "value"]
 
 MIB = 1024.0**2
 GIB = 1024.0**3
@@ -28,6 +33,31 @@ def dur(s: float) -> str:
     if s < 7200:
         return f"{s / 60:.1f} min"
     return f"{s / 3600:.1f} h"
+
+
+def elapsed(s: float | None) -> str:
+    """Seconds as a clock: '4:05', '1:02:03', '-0:05'; '-' for None or a non-finite number."""
+    if s is None or not math.isfinite(s):
+        return "-"
+    sign = "-" if s < 0 else ""
+    n = round(abs(s))
+    h, rem = divmod(n, 3600)
+    mnt, sec = divmod(rem, 60)
+    return f"{sign}{h}:{mnt:02d}:{sec:02d}" if h else f"{sign}{mnt}:{sec:02d}"
+
+
+def value(key: str, v: float | None) -> str:
+    """A stored value of metric ``key`` in its display unit: '87%', '3.21 GiB', '120 ms' or
+    '1.50 s'; '-' for None or a non-finite number."""
+    if v is None or not math.isfinite(v):
+        return "-"
+    m = metric(key)
+    d = v * m.scale
+    if m.unit == "%":
+        return f"{d:.0f}%"
+    if m.unit == "s":
+        return f"{d * 1000:.0f} ms" if d < 1 else f"{d:.2f} s"
+    return f"{d:.2f} {m.unit}"
 
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -1,7 +1,8 @@
-"""Plain-text tables and human units for the CLI. Whatever the CLI prints that came from
-people (run and trial names, params, devices, messages quoting them) goes through
-:func:`printable` (``tunescope.analyze.printable``), so no control character reaches the
-terminal."""
+"""Plain-text tables and human units for the CLI. ``duration`` and ``value`` are the report's
+own (``tunescope.analyze._text``): one way to write an elapsed time or a stored value.
+Whatever the CLI prints that came from people (run and trial names, params, devices, messages
+quoting them) goes through :func:`printable` (``tunescope.analyze.printable``), so no control
+character reaches the terminal."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from typing import Any
 
 from tunescope.analyze import printable
 from tunescope.analyze._finding import jsonable
+from tunescope.analyze._text import elapsed as duration
+from tunescope.analyze._text import value
 from tunescope.errors import ConfigError
-from tunescope.metrics import metric
 from tunescope.store import Store
 
 __all__ = [
@@ -103,28 +105,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = round(seconds)
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
 def when(t: float) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def value(key: str, v: float | None) -> str:
-    """A stored value in the metric's display unit, e.g. '3.21 GiB' or '87%'."""
-    if v is None:
-        return "-"
-    m = metric(key)
-    d = v * m.scale
-    if m.unit == "%":
-        return f"{d:.0f}%"
-    return f"{d:.2f} {m.unit}"
 
 
 def damage_warnings(st: Store) -> list[str]:

@@ -115,7 +115,7 @@ class TrackerSummary:
     """One trial as a tracker takes it.
 
     metrics: ``tunescope/...`` -> number (peaks and means in display units: % and GiB;
-    findings counts by severity; optimizer steps; duration in s once the trial ended).
+    findings counts by severity; optimizer steps; duration in s, ``analyze.trial_duration``).
     findings: the trial's findings, most severe first. url: its page.
     complete: whether everything this process wrote of the trial reached the store (None when
     not known: a trial named by id or name). step: its optimizer steps, the step a tracker

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tunescope._kept import Kept
-from tunescope.analyze import SEVERITIES, Finding, FindingSettings, findings_for_trial
+from tunescope.analyze import SEVERITIES, Finding, FindingSettings, findings_for_trial, trial_end
 from tunescope.errors import NotFound
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Principal
@@ -212,7 +212,7 @@ class RunSummaries:
         if run.end is not None:
             last = run.end
         else:
-            marks = [t.end if t.end is not None else (t.heartbeat or t.start) for t in trials]
+            marks = [trial_end(t) or t.start for t in trials]
             last = max(marks, default=run.start)
         peaks = [p for p in (self.trial_peak(t) for t in trials) if p is not None]
         return max(0.0, last - run.start), (max(peaks) if peaks else None)

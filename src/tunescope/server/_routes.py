@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
+from tunescope.analyze import trial_end
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
 from tunescope.server._errors import invalid, not_found
@@ -254,7 +255,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
             if extent is not None:
                 lo, hi = extent
             else:
-                hi = info.end if info.end is not None else (info.heartbeat or info.start)
+                hi = trial_end(info) or info.start
         s, e = window_bounds(start, end, lo, hi, pad=max(info.interval, 0.001))
         body = [window_series_json(store.window(x.id, s, e, points)) for x in series]
         return _json({"metric": metric, "start": s, "end": e, "points": points, "series": body})

@@ -49,6 +49,7 @@ UNITS: dict[str, Unit] = {
     "count": Unit("", 1.0, "{count}"),
     "bitmask": Unit("", 1.0, "1"),
     "steps/s": Unit("steps_per_second", 1.0, "{step}/s"),
+    "MiB/s": Unit("bytes_per_second", 1024.0**2, "By/s"),
 }
 """Every display unit of the catalog (a test checks none is missing)."""
 

@@ -66,4 +66,5 @@ bench: setup browser
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) web/node_modules src/tunescope/server/static bench/out dist
+	rm -rf $(VENV) web/node_modules web/.test-out web/src/api-types.ts src/tunescope/server/static \
+	  bench/out dist

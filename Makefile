@@ -4,9 +4,10 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 STATIC  := src/tunescope/server/static/index.html
-WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/package.json web/package-lock.json web/build.mjs web/tsconfig.json
+WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/openapi.json web/package.json \
+           web/package-lock.json web/build.mjs web/tsconfig.json
 
-.PHONY: setup web browser demo test lint format bench screenshot dist clean
+.PHONY: setup web web-test openapi browser demo test lint format bench screenshot dist clean
 
 setup: $(STAMP) $(STATIC)
 
@@ -18,9 +19,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,server,prometheus,otel,postgres,gpu,torch,lightning,hf,optuna,mlflow,wandb,tensorboard,demo,pandas]'
 	touch $(STAMP)
 
+# The page's build needs Node only: its API types come from web/openapi.json, which is committed
+# (`make openapi` writes it from the app; tests/test_web_openapi.py fails while it is stale).
 web: $(STATIC)
 $(STATIC): $(WEB_SRC)
 	cd web && npm ci --no-audit --no-fund --loglevel=error && npm run build
+
+# The page's unit tests (node --test on its modules without a DOM; web/test/).
+web-test: $(STATIC)
+	cd web && npm test
+
+openapi: $(STAMP)
+	$(BIN)/python -m tunescope.server._openapi web/openapi.json
 
 # The sdist and wheel in dist/, both carrying the built page (hatch_build.py refuses to build
 # without it). build makes the wheel from the sdist, as pip does from an index.
@@ -36,7 +46,7 @@ browser:
 demo: setup
 	$(BIN)/tunescope demo
 
-test: setup browser
+test: setup browser web-test
 	$(BIN)/pytest -q
 
 lint: setup
@@ -56,4 +66,5 @@ bench: setup browser
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) web/node_modules src/tunescope/server/static bench/out dist
+	rm -rf $(VENV) web/node_modules web/.test-out web/src/api-types.ts src/tunescope/server/static \
+	  bench/out dist

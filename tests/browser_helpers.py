@@ -77,6 +77,7 @@ def ensure_built() -> None:
     bundle = STATIC / "app.js"
     sources = max(
         _newest(WEB / "src"),
+        (WEB / "openapi.json").stat().st_mtime,
         (WEB / "package-lock.json").stat().st_mtime,
         (WEB / "build.mjs").stat().st_mtime,
     )

@@ -1,167 +1,60 @@
 // The JSON API of docs/api.md, typed. Times are UNIX epoch seconds; values are in the metric's
 // base unit (multiply by `scale` for its display unit); null means missing.
 
-export interface MetricInfo {
-  key: string;
-  label: string;
-  unit: string;
-  scale: number;
-  source: string;
-  scope: "trial" | "gpu" | "host" | "netns";
-  headline: boolean;
-  markers: boolean;
-  max_value: number | null;
-  equivalent: string;
-  description: string;
-}
+import type { components, paths } from "./api-types";
 
-export type TrialState = "running" | "completed" | "failed" | "lost" | "pruned" | string;
+// Every shape below is the OpenAPI document's (web/openapi.json, written from the server's
+// pydantic models by `make openapi`); `npm run types` turns it into api-types.ts, which the
+// build generates first. A name here is only an alias: when the page reads a field the API does
+// not send, or calls a route, query parameter or body the document lacks, tsc fails the build.
+type Schemas = components["schemas"];
 
-export type Severity = "high" | "moderate" | "low";
-export const SEVERITIES: Severity[] = ["high", "moderate", "low"];
+/** One row of the metric catalog. */
+export type MetricInfo = Schemas["MetricOut"];
+export type TrialState = Schemas["TrialOut"]["state"];
+export type Severity = Schemas["FindingOut"]["severity"];
+
+// A Record, so that tsc fails when the API gains or loses a severity.
+const SEVERITY_ORDER: Record<Severity, null> = { high: null, moderate: null, low: null };
+/** Every severity, most severe first. */
+export const SEVERITIES = Object.keys(SEVERITY_ORDER) as Severity[];
 
 /** How many findings a run has, by severity. */
-export interface FindingCounts {
-  high: number;
-  moderate: number;
-  low: number;
-}
-
+export type FindingCounts = Schemas["FindingCountsOut"];
 /** A diagnosis of one trial (docs/findings.md): the span it refers to and the series to look at. */
-export interface Finding {
-  id: string;
-  rule: string;
-  trial_id: number;
-  severity: Severity;
-  title: string;
-  message: string;
-  evidence: Record<string, unknown>;
-  t0: number | null;
-  t1: number | null;
-  metric: string | null;
-  device: string | null;
-  advice: string[];
-}
-
-export interface RunFindings {
-  /** trial id (as a string) -> its findings, most severe first; trials in creation order */
-  trials: Record<string, Finding[]>;
-  counts: FindingCounts;
-}
-
-export interface RunSummary {
-  id: number;
-  name: string;
-  /** the project the run belongs to; who made it and where, when recorded */
-  project: string;
-  os_user: string | null;
-  host: string | null;
-  start: number;
-  end: number | null;
-  state: string;
-  trials: number;
-  duration_s: number | null;
-  peak_gpu_mem: number | null;
-  /** null while the server has not computed them yet */
-  findings: FindingCounts | null;
-}
-
-export interface Trial {
-  id: number;
-  run_id: number;
-  name: string;
-  state: TrialState;
-  params: Record<string, unknown>;
-  host: string;
-  pids: number[];
-  start: number;
-  end: number | null;
-  heartbeat: number | null;
-  error: string | null;
-  /** sampling interval in seconds */
-  interval?: number;
-}
-
-export interface RunDetail extends Omit<RunSummary, "trials"> {
-  trials: Trial[];
-}
-
-export interface DeviceSeries {
-  device: string | null;
-  note: string | null;
-  mode: "raw" | "buckets";
-  t: number[];
-  mean: (number | null)[];
-  min: (number | null)[] | null;
-  max: (number | null)[] | null;
-  n: number[] | null;
-  /** stored chunks of this window the server could not decode (0: the window is exact) */
-  corrupt_chunks: number;
-}
-
-export interface SeriesWindow {
-  metric: string;
-  start: number;
-  end: number;
-  points: number;
-  series: DeviceSeries[];
-}
-
-export interface EventItem {
-  kind: string;
-  name: string | null;
-  step: number | null;
-  t: number;
-  duration: number | null;
-  value: number | null;
-  data: Record<string, unknown> | null;
-}
-
-export interface EventBin {
-  kind: string;
-  t0: number;
-  t1: number;
-  count: number;
-}
-
-export interface EventsWindow {
-  start: number;
-  end: number;
-  total: number;
-  events: EventItem[] | null;
-  bins: EventBin[] | null;
-}
-
-export interface ScalarPoint {
-  name: string;
-  step: number | null;
-  t: number;
-  value: number;
-}
-
-export interface Checkpoint {
-  t: number;
-  name: string | null;
-  step: number | null;
-  path: string | null;
-  bytes: number | null;
-}
-
-export interface TrialMetric {
-  metric: string;
-  devices: (string | null)[];
-}
-
+export type Finding = Schemas["FindingOut"];
+/** A run's findings: trial id (as a string) -> its findings, most severe first. */
+export type RunFindings = Schemas["RunFindingsOut"];
+/** A run of the runs list; `findings` is null while the server has not computed them yet. */
+export type RunSummary = Schemas["RunOut"];
+export type Trial = Schemas["TrialOut"];
+export type RunDetail = Schemas["RunDetailOut"];
+export type DeviceSeries = Schemas["SeriesOut"];
+export type SeriesWindow = Schemas["WindowOut"];
+export type EventItem = Schemas["EventOut"];
+export type EventBin = Schemas["EventBinOut"];
+export type EventsWindow = Schemas["EventsOut"];
+export type ScalarPoint = Schemas["ScalarOut"];
+export type Scalars = Schemas["ScalarsOut"];
+export type Checkpoint = Schemas["CheckpointOut"];
+export type TrialMetric = Schemas["TrialMetricOut"];
 /** Who is asking: a local viewer (every project) or a team server's token (one project). */
-export interface Session {
-  mode: "local" | "tokens";
-  project: string | null;
-  scope: "read" | "write";
-}
+export type Session = Schemas["SessionOut"];
+export type Project = Schemas["ProjectOut"];
 
-export interface Project {
-  name: string;
-}
+// A route of the document, typed from it: its path and query parameters, its JSON body and
+// its 200 answer. Only routes that answer JSON on that method can be called.
+type Method = "get" | "post" | "delete";
+type Op<P extends keyof paths, M extends Method> = paths[P][M];
+type JsonOf<O> = O extends { responses: { 200: { content: { "application/json": infer R } } } }
+  ? R : never;
+type BodyOf<O> = O extends { requestBody: { content: { "application/json": infer B } } }
+  ? B : undefined;
+type ArgsOf<O> = O extends { parameters: infer X }
+  ? Pick<X, "path" & keyof X> & Pick<X, "query" & keyof X> : never;
+type JsonRoute<M extends Method> = {
+  [P in keyof paths]: [JsonOf<Op<P, M>>] extends [never] ? never : P;
+}[keyof paths];
 
 /** An error answered by the API (its one error shape), or a network failure (status 0). */
 export class ApiError extends Error {
@@ -193,18 +86,24 @@ function isAbort(e: unknown): boolean {
 
 export { isAbort };
 
-async function call<T>(method: string, path: string, params: Record<string, string | number | undefined>,
-                      body: unknown, signal?: AbortSignal): Promise<T> {
+async function call<M extends Method, P extends JsonRoute<M>>(
+  method: M, path: P, args: ArgsOf<Op<P, M>>, body: BodyOf<Op<P, M>>, signal?: AbortSignal,
+): Promise<JsonOf<Op<P, M>>> {
+  const { path: inPath = {}, query = {} } = args as {
+    path?: Record<string, string | number>;
+    query?: Record<string, string | number | null | undefined>;
+  };
   const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
-  const url = `/api${path}${q.toString() ? `?${q}` : ""}`;
+  for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null) q.set(k, String(v));
+  const route = path.replace(/\{(\w+)\}/g, (_, k: string) => encodeURIComponent(String(inPath[k])));
+  const url = `${route}${q.toString() ? `?${q}` : ""}`;
   const headers: Record<string, string> = { Accept: "application/json" };
-  if (method !== "GET") headers["X-CSRF-Token"] = csrfToken();
+  if (method !== "get") headers["X-CSRF-Token"] = csrfToken();
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let resp: Response;
   try {
     resp = await fetch(url, {
-      method, signal, headers, credentials: "same-origin",
+      method: method.toUpperCase(), signal, headers, credentials: "same-origin",
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (e) {
@@ -222,51 +121,53 @@ async function call<T>(method: string, path: string, params: Record<string, stri
       /* not JSON: keep the status line */
     }
     // a failed login is the login form's to show; anything else that is 401 asks for a token
-    if (resp.status === 401 && path !== "/session") for (const l of unauthorizedListeners) l();
+    if (resp.status === 401 && path !== "/api/session") for (const l of unauthorizedListeners) l();
     throw new ApiError(resp.status, message, code);
   }
-  return (await resp.json()) as T;
+  return (await resp.json()) as JsonOf<Op<P, M>>;
 }
 
-function get<T>(path: string, params: Record<string, string | number | undefined> = {},
-                signal?: AbortSignal): Promise<T> {
-  return call<T>("GET", path, params, undefined, signal);
+function get<P extends JsonRoute<"get">>(path: P, args: ArgsOf<Op<P, "get">>,
+                                         signal?: AbortSignal): Promise<JsonOf<Op<P, "get">>> {
+  return call("get", path, args, undefined as BodyOf<Op<P, "get">>, signal);
 }
 
-const enc = encodeURIComponent;
 let catalog: Promise<MetricInfo[]> | null = null;
 
 export const api = {
   /** The metric catalog, fetched once per page load. */
   metrics(): Promise<MetricInfo[]> {
     if (!catalog) {
-      catalog = get<MetricInfo[]>("/metrics");
+      catalog = get("/api/metrics", {});
       catalog.catch(() => { catalog = null; });
     }
     return catalog;
   },
-  runs: (project?: string, signal?: AbortSignal) => get<RunSummary[]>("/runs", { project }, signal),
-  projects: () => get<Project[]>("/projects"),
+  runs: (project?: string, signal?: AbortSignal): Promise<RunSummary[]> =>
+    get("/api/runs", { query: { project } }, signal),
+  projects: (): Promise<Project[]> => get("/api/projects", {}),
   /** Who is asking; a team server answers 401 until the page logs in. */
-  session: () => get<Session>("/session"),
-  login: (token: string) => call<Session>("POST", "/session", {}, { token }),
-  logout: () => call<{ ok: boolean }>("DELETE", "/session", {}, undefined),
-  run: (run: string | number, signal?: AbortSignal) => get<RunDetail>(`/runs/${enc(String(run))}`, {}, signal),
-  runFindings: (run: string | number, signal?: AbortSignal) =>
-    get<RunFindings>(`/runs/${enc(String(run))}/findings`, {}, signal),
-  trialFindings: (trial: number, signal?: AbortSignal) =>
-    get<Finding[]>(`/trials/${trial}/findings`, {}, signal),
-  trialMetrics: (trial: number, signal?: AbortSignal) =>
-    get<TrialMetric[]>(`/trials/${trial}/metrics`, {}, signal),
+  session: (): Promise<Session> => get("/api/session", {}),
+  login: (token: string): Promise<Session> => call("post", "/api/session", {}, { token }),
+  logout: () => call("delete", "/api/session", {}, undefined),
+  run: (run: string | number, signal?: AbortSignal): Promise<RunDetail> =>
+    get("/api/runs/{run}", { path: { run: String(run) } }, signal),
+  runFindings: (run: string | number, signal?: AbortSignal): Promise<RunFindings> =>
+    get("/api/runs/{run}/findings", { path: { run: String(run) } }, signal),
+  trialFindings: (trial: number, signal?: AbortSignal): Promise<Finding[]> =>
+    get("/api/trials/{trial}/findings", { path: { trial } }, signal),
+  trialMetrics: (trial: number, signal?: AbortSignal): Promise<TrialMetric[]> =>
+    get("/api/trials/{trial}/metrics", { path: { trial } }, signal),
   series: (trial: number, metric: string, start: number, end: number, points: number,
-           signal?: AbortSignal) =>
-    get<SeriesWindow>(`/trials/${trial}/series`, { metric, start, end, points }, signal),
+           signal?: AbortSignal): Promise<SeriesWindow> =>
+    get("/api/trials/{trial}/series", { path: { trial }, query: { metric, start, end, points } },
+        signal),
   events: (trial: number, start: number, end: number, kinds: string[], limit: number,
-           signal?: AbortSignal) =>
-    get<EventsWindow>(`/trials/${trial}/events`,
-      { start, end, kinds: kinds.join(","), limit }, signal),
-  scalars: (trial: number, signal?: AbortSignal) =>
-    get<{ names: string[]; scalars: ScalarPoint[] }>(`/trials/${trial}/scalars`, {}, signal),
-  checkpoints: (trial: number, signal?: AbortSignal) =>
-    get<Checkpoint[]>(`/trials/${trial}/checkpoints`, {}, signal),
+           signal?: AbortSignal): Promise<EventsWindow> =>
+    get("/api/trials/{trial}/events",
+        { path: { trial }, query: { start, end, kinds: kinds.join(","), limit } }, signal),
+  scalars: (trial: number, signal?: AbortSignal): Promise<Scalars> =>
+    get("/api/trials/{trial}/scalars", { path: { trial } }, signal),
+  checkpoints: (trial: number, signal?: AbortSignal): Promise<Checkpoint[]> =>
+    get("/api/trials/{trial}/checkpoints", { path: { trial } }, signal),
 };

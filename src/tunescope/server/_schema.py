@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from tunescope.metrics._catalog import Scope
+from tunescope.metrics._catalog import Scope, Source
 
 __all__ = [
     "CheckpointOut",
@@ -31,6 +31,7 @@ __all__ = [
     "RunDetailOut",
     "RunFindingsOut",
     "RunOut",
+    "RunState",
     "ScalarOut",
     "ScalarsOut",
     "SeriesOut",
@@ -39,6 +40,11 @@ __all__ = [
     "TrialOut",
     "WindowOut",
 ]
+
+
+RunState = Literal["running", "completed", "failed", "lost", "empty"]
+"""A run's state, from its trials': running while any runs, else failed or lost when any did,
+completed when every trial ended well (or was pruned), empty without trials."""
 
 
 class ErrorBody(BaseModel):
@@ -91,7 +97,7 @@ class MetricOut(BaseModel):
     label: str
     unit: str = Field(description="display unit")
     scale: float = Field(description="multiply a stored base-unit value by this for `unit`")
-    source: str
+    source: Source = Field(description="what measures it: host, nvml, gpm, torch or sdk")
     scope: Scope = Field(description="trial, gpu (one series per GPU), host or netns")
     headline: bool
     markers: bool = Field(description="whether step / evaluation markers belong on its chart")
@@ -155,7 +161,7 @@ class RunOut(BaseModel):
     host: str | None = Field(description="the host that made the run, when known")
     start: float
     end: float | None = Field(description="null while a trial has not ended")
-    state: str = Field(description="running, completed, failed, lost or empty")
+    state: RunState = Field(description="running, completed, failed, lost or empty")
     trials: int
     duration_s: float = Field(
         description="end - start; while not ended, up to the latest trial end or heartbeat"
@@ -176,7 +182,7 @@ class RunDetailOut(BaseModel):
     host: str | None
     start: float
     end: float | None
-    state: str
+    state: RunState
     duration_s: float
     peak_gpu_mem: float | None
     findings: FindingCountsOut

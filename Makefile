@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 STATIC  := src/tunescope/server/static/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/openapi.json web/package.json \
-           web/package-lock.json web/build.mjs web/tsconfig.json
+           web/package-lock.json web/build.mjs web/types.mjs web/tsconfig.json
 
 .PHONY: setup web web-test openapi browser demo test lint format bench screenshot dist clean
 

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from tunescope.analyze._data import TrialData
-from tunescope.analyze._finding import Finding, Severity
-from tunescope.analyze._gpus import gpu_devices
+from tunescope.analyze._finding import Severity
+from tunescope.analyze._rule import Case, Measured, Rule, Said, gpu_devices
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._summary import trial_duration
 from tunescope.analyze._text import GIB, MIB, pct, size
@@ -32,13 +32,24 @@ from tunescope.errors import ConfigError
 
 __all__ = [
     "GPU_CATALOG",
+    "MIG_COMPUTE_SLICES",
+    "MIG_MEMORY_SLICES",
     "GpuType",
     "MigProfile",
+    "RightSize",
     "describe_catalog",
     "gpu_catalog",
     "match_gpu",
-    "right_size",
 ]
+
+
+MIG_COMPUTE_SLICES = 7
+"""A MIG-capable GPU's compute is cut into 7 slices (a ``g`` profile has g of them) and its
+memory into 8 (an ``m`` profile has m of them): NVIDIA Multi-Instance GPU User Guide,
+"Supported MIG Profiles" (A100, H100, H200, B200 alike). The unit the catalog's profiles are
+written in, not a threshold: it changes only with the catalog."""
+MIG_MEMORY_SLICES = 8
+"""See :data:`MIG_COMPUTE_SLICES`."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,15 @@ class _Option:
     memory: float
     price: float
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "label": self.label,
+            "kind": self.kind,
+            "memory_bytes": self.memory,
+            "price_per_hour": self.price,
+        }
+
 
 def _options(
     catalog: tuple[GpuType, ...], need: float, util_p95: float, mig_ok: bool
@@ -175,108 +195,175 @@ def _options(
     if mig_ok:
         for g in catalog:
             for p in g.mig:
-                if p.compute == 7:
-                    continue
-                mem = g.memory * p.memory / 8.0
-                if mem >= need and p.compute / 7.0 >= util_p95 / 100.0:
+                if p.compute == MIG_COMPUTE_SLICES:
+                    continue  # the whole GPU
+                mem = g.memory * p.memory / MIG_MEMORY_SLICES
+                if mem >= need and p.compute / MIG_COMPUTE_SLICES >= util_p95 / 100.0:
                     out.append(
                         _Option(
                             f"{g.label} MIG {p.name}",
                             f"{g.key}:{p.name}",
                             "mig",
                             mem,
-                            g.price * p.compute / 7.0,
+                            g.price * p.compute / MIG_COMPUTE_SLICES,
                         )
                     )
     return out
 
 
-def right_size(
-    d: TrialData, s: FindingSettings, catalog: tuple[GpuType, ...] = GPU_CATALOG
-) -> list[Finding]:
-    """The cheapest GPU (or MIG slice) that holds the peak GPU memory with headroom."""
-    devices = [x for x in gpu_devices(d) if d.trace("gpu.mem", x) is not None]
-    if not devices:
-        return []
-    traces = {x: tr for x in devices if (tr := d.trace("gpu.mem", x)) is not None}
-    device = max(traces, key=lambda x: traces[x].peak())
-    mem = traces[device]
-    peak = mem.peak()
-    peak_t = float(mem.t[int(np.argmax(mem.hi))])
-    need = peak * (1.0 + s.rightsize_headroom_pct / 100.0)
-    utils: list[np.ndarray[Any, np.dtype[np.float64]]] = []
-    for x in devices:
-        tr = d.trace("gpu.util", x)
-        if tr is not None:
-            m = d.training(tr)
-            utils.append(tr.v[m] if m.any() else tr.v)
-    if not utils or sum(len(u) for u in utils) < s.min_samples:
-        return []
-    allu = np.concatenate(utils)
-    util_mean, util_p95 = float(allu.mean()), float(np.percentile(allu, 95))
-    mig_ok = util_p95 <= s.mig_max_util_pct
-    total_tr = d.trace("gpu.mem.total", device)
-    current = None if total_tr is None else match_gpu(float(total_tr.v[-1]), catalog)
-    options = _options(catalog, need, util_p95, mig_ok)
-    if not options:
-        return []
-    best = min(options, key=lambda o: (o.price, o.memory))
-    if current is not None and (best.price >= current.price or best.key == current.key):
-        return []
-    if current is None and total_tr is not None and best.memory >= float(total_tr.v[-1]):
-        return []
-    gpus = len(devices)
-    hours = _hours(d)
-    cost_now = None if current is None or hours is None else current.price * gpus * hours
-    cost_new = None if hours is None else best.price * gpus * hours
-    saving = None if cost_now is None or cost_new is None else cost_now - cost_new
-    severity: Severity = (
-        "moderate" if current is not None and best.price <= 0.5 * current.price else "low"
+@dataclass(frozen=True, kw_only=True)
+class Fit(Measured):
+    """The peak GPU memory of the trial (on the GPU with the highest; span: its series), what
+    it needs with headroom, utilization while training, the GPU it ran on (``current``, None
+    when not in the catalog) and the cheapest option of the catalog that holds it, with the
+    cost of the run on each."""
+
+    peak_bytes: float
+    peak_t: float
+    needed_bytes: float
+    util_mean_pct: float
+    util_p95_pct: float
+    mig_considered: bool
+    gpus: int
+    device_memory: float | None
+    """The memory of the GPU it ran on (gpu.mem.total), None without that series."""
+    current: GpuType | None
+    best: _Option
+    duration_h: float | None
+
+    @property
+    def cost_current_usd(self) -> float | None:
+        if self.current is None or self.duration_h is None:
+            return None
+        return self.current.price * self.gpus * self.duration_h
+
+    @property
+    def cost_recommended_usd(self) -> float | None:
+        return None if self.duration_h is None else self.best.price * self.gpus * self.duration_h
+
+    @property
+    def saving_usd(self) -> float | None:
+        now, new = self.cost_current_usd, self.cost_recommended_usd
+        return None if now is None or new is None else now - new
+
+
+class RightSize(Rule[Fit]):
+    key = "right_size"
+    title = "Right-size"
+    severities = ("moderate", "low")
+    uses = (
+        FindingSettings.rightsize_headroom_pct,
+        FindingSettings.mig_max_util_pct,
+        FindingSettings.rightsize_moderate_price_pct,
+        FindingSettings.rightsize_slower_util_pct,
+        FindingSettings.min_samples,
     )
-    now_txt = (
-        "an unidentified GPU" if current is None else f"{current.label} (${current.price:.2f}/h)"
+    metrics = ("gpu.mem", "gpu.mem.total", "gpu.util")
+    summary = (
+        "The cheapest GPU of a catalog, or MIG slice when utilization stays low, that "
+        "holds the peak GPU memory with headroom, and the saving per run."
     )
-    cost_txt = (
-        ""
-        if saving is None
-        else f", saving about ${saving:.2f} per run ({gpus} GPU(s) x {hours:.2f} h)"
-    )
-    caveat = ""
-    if util_mean >= 50.0 and best.kind == "gpu":
-        caveat = (
-            f" Utilization averaged {pct(util_mean)}: a smaller GPU may take longer, "
-            "so the saving assumes the same run time."
+    advice = (ADVICE_SLOWER, ADVICE_MIG, ADVICE_PRICES)
+
+    def measure(self, c: Case) -> Fit | None:
+        d, s = c.d, c.s
+        devices = [x for x in gpu_devices(d) if d.trace("gpu.mem", x) is not None]
+        if not devices:
+            return None
+        traces = {x: tr for x in devices if (tr := d.trace("gpu.mem", x)) is not None}
+        device = max(traces, key=lambda x: traces[x].peak())
+        mem = traces[device]
+        peak = mem.peak()
+        need = peak * (1.0 + s.rightsize_headroom_pct / 100.0)
+        utils: list[np.ndarray[Any, np.dtype[np.float64]]] = []
+        for x in devices:
+            tr = d.trace("gpu.util", x)
+            if tr is not None:
+                m = d.training(tr)
+                utils.append(tr.v[m] if m.any() else tr.v)
+        if not utils or sum(len(u) for u in utils) < s.min_samples:
+            return None
+        allu = np.concatenate(utils)
+        util_p95 = float(np.percentile(allu, 95))
+        mig_ok = util_p95 <= s.mig_max_util_pct
+        options = _options(c.catalog, need, util_p95, mig_ok)
+        if not options:
+            return None
+        total_tr = d.trace("gpu.mem.total", device)
+        memory = None if total_tr is None else float(total_tr.v[-1])
+        return Fit(
+            peak_bytes=peak,
+            peak_t=float(mem.t[int(np.argmax(mem.hi))]),
+            needed_bytes=need,
+            util_mean_pct=float(allu.mean()),
+            util_p95_pct=util_p95,
+            mig_considered=mig_ok,
+            gpus=len(devices),
+            device_memory=memory,
+            current=None if memory is None else match_gpu(memory, c.catalog),
+            best=min(options, key=lambda o: (o.price, o.memory)),
+            duration_h=_hours(d),
+            t0=float(mem.t[0]),
+            t1=float(mem.t[-1]),
+            metric="gpu.mem",
+            device=device,
         )
-    advice = [
-        f"Run this trial on {best.label} ({size(best.memory)}, ${best.price:.2f}/h per "
-        f"{'slice' if best.kind == 'mig' else 'GPU'})."
-    ]
-    if best.kind == "mig":
-        advice.append(ADVICE_MIG)
-    elif util_mean >= 50.0:
-        advice.append(ADVICE_SLOWER)
-    advice.append(ADVICE_PRICES)
-    return [
-        Finding(
-            rule="right_size",
-            trial_id=d.trial.id,
-            severity=severity,
-            title=f"Right-size: {best.label} would do",
-            message=(
-                f"Peak GPU memory was {size(peak)} (GPU {device}); with "
-                f"{pct(s.rightsize_headroom_pct)} headroom it needs {size(need)}, which "
-                f"{best.label} holds ({size(best.memory)}). The trial ran on {now_txt}"
-                f"{cost_txt}.{caveat}"
-            ),
-            evidence={
-                "peak_bytes": peak,
-                "peak_t": peak_t,
-                "needed_bytes": need,
+
+    def judge(self, m: Fit, s: FindingSettings) -> Severity | None:
+        best, current = m.best, m.current
+        if current is not None and (best.price >= current.price or best.key == current.key):
+            return None  # nothing cheaper
+        if current is None and m.device_memory is not None and best.memory >= m.device_memory:
+            return None  # nothing smaller
+        cheap = (
+            current is not None
+            and best.price <= s.rightsize_moderate_price_pct / 100.0 * current.price
+        )
+        return "moderate" if cheap else "low"
+
+    def say(self, m: Fit, s: FindingSettings, severity: Severity) -> Said:
+        best, current, saving = m.best, m.current, m.saving_usd
+        slower = m.util_mean_pct >= s.rightsize_slower_util_pct
+        now_txt = (
+            "an unidentified GPU"
+            if current is None
+            else f"{current.label} (${current.price:.2f}/h)"
+        )
+        cost_txt = (
+            ""
+            if saving is None
+            else f", saving about ${saving:.2f} per run ({m.gpus} GPU(s) x {m.duration_h:.2f} h)"
+        )
+        caveat = ""
+        if slower and best.kind == "gpu":
+            caveat = (
+                f" Utilization averaged {pct(m.util_mean_pct)}: a smaller GPU may take longer, "
+                "so the saving assumes the same run time."
+            )
+        advice = [
+            f"Run this trial on {best.label} ({size(best.memory)}, ${best.price:.2f}/h per "
+            f"{'slice' if best.kind == 'mig' else 'GPU'})."
+        ]
+        if best.kind == "mig":
+            advice.append(ADVICE_MIG)
+        elif slower:
+            advice.append(ADVICE_SLOWER)
+        advice.append(ADVICE_PRICES)
+        return Said(
+            f"Right-size: {best.label} would do",
+            f"Peak GPU memory was {size(m.peak_bytes)} (GPU {m.device}); with "
+            f"{pct(s.rightsize_headroom_pct)} headroom it needs {size(m.needed_bytes)}, which "
+            f"{best.label} holds ({size(best.memory)}). The trial ran on {now_txt}"
+            f"{cost_txt}.{caveat}",
+            {
+                "peak_bytes": m.peak_bytes,
+                "peak_t": m.peak_t,
+                "needed_bytes": m.needed_bytes,
                 "headroom_pct": s.rightsize_headroom_pct,
-                "util_mean_pct": util_mean,
-                "util_p95_pct": util_p95,
-                "mig_considered": mig_ok,
-                "gpus": gpus,
+                "util_mean_pct": m.util_mean_pct,
+                "util_p95_pct": m.util_p95_pct,
+                "mig_considered": m.mig_considered,
+                "gpus": m.gpus,
                 "current": None
                 if current is None
                 else {
@@ -285,26 +372,15 @@ def right_size(
                     "memory_bytes": current.memory,
                     "price_per_hour": current.price,
                 },
-                "recommended": {
-                    "key": best.key,
-                    "label": best.label,
-                    "kind": best.kind,
-                    "memory_bytes": best.memory,
-                    "price_per_hour": best.price,
-                },
-                "duration_h": hours,
-                "cost_current_usd": cost_now,
-                "cost_recommended_usd": cost_new,
+                "recommended": best.to_dict(),
+                "duration_h": m.duration_h,
+                "cost_current_usd": m.cost_current_usd,
+                "cost_recommended_usd": m.cost_recommended_usd,
                 "saving_usd": saving,
                 "assumes_same_runtime": True,
             },
-            t0=float(mem.t[0]),
-            t1=float(mem.t[-1]),
-            metric="gpu.mem",
-            device=device,
-            advice=tuple(advice),
+            tuple(advice),
         )
-    ]
 
 
 def _hours(d: TrialData) -> float | None:

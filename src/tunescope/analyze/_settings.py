@@ -30,7 +30,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from tunescope.errors import ConfigError
 
@@ -38,8 +38,10 @@ __all__ = [
     "CONFIG_FILE",
     "DEFAULT_SOURCE",
     "ENV_PREFIX",
+    "SETTINGS",
     "EffectiveSettings",
     "FindingSettings",
+    "Setting",
     "SettingInfo",
     "config_files",
     "load_settings",
@@ -84,8 +86,62 @@ TORCH_RETRIES = (
 OURS = "tunescope default"
 
 
-def _s(default: float, unit: str, help_: str, source: str) -> Any:
-    return field(default=default, metadata={"unit": unit, "help": help_, "source": source})
+class Setting:
+    """One threshold of :class:`FindingSettings`: its default, unit, help and source.
+
+    A field of ``FindingSettings`` is a ``Setting``: read on the class it is the typed
+    reference a rule names the settings it uses with (``FindingSettings.min_samples``, which
+    mypy checks), read on an instance it is the value (a float). A percentage is at most 100
+    unless ``over_100`` (a rise or a headroom may exceed the whole); ``least`` is the smallest
+    value allowed."""
+
+    def __init__(
+        self,
+        default: float,
+        unit: str,
+        help_: str,
+        source: str,
+        *,
+        least: float = 0.0,
+        over_100: bool = False,
+    ) -> None:
+        self.default = default
+        self.unit = unit
+        self.help = help_
+        self.source = source
+        self.least = least
+        self.most = 100.0 if unit == "%" and not over_100 else None
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Setting: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> float: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> Setting | float:
+        if obj is None:
+            return self
+        value: float = obj.__dict__[self.name]
+        return value
+
+    def __set__(self, obj: object, value: float) -> None:
+        given: object = value  # the dataclass passes the Setting itself for "not given"
+        obj.__dict__[self.name] = self.default if given is self else value
+
+    def __repr__(self) -> str:
+        return f"FindingSettings.{self.name}"
+
+    def problem(self, v: object) -> str | None:
+        """What is wrong with ``v`` as this setting's value (None: nothing)."""
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            return f"must be a number >= 0, not {v!r}"
+        if self.most is not None and v > self.most:
+            return f"is a percentage: 0 to {self.most:g}, not {v!r}"
+        if v < self.least:
+            return f"must be at least {self.least:g}, not {v!r}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -93,23 +149,23 @@ class FindingSettings:
     """The thresholds of every finding rule (see ``docs/findings.md``)."""
 
     # --- input-bound
-    input_wait_high_pct: float = _s(
+    input_wait_high_pct: Setting = Setting(
         20.0,
         "%",
         "Share of step time waiting for data at or above which a trial is highly input-bound.",
         TF_INPUT,
     )
-    input_wait_moderate_pct: float = _s(
+    input_wait_moderate_pct: Setting = Setting(
         5.0,
         "%",
         "Share of step time waiting for data at or above which a trial is moderately input-bound.",
         f"{TF_INPUT}; {TORCH_TB}",
     )
-    input_min_batches: float = _s(
+    input_min_batches: Setting = Setting(
         20, "batches", "Fewest batches timed by trial.watch() before judging.", OURS
     )
     # --- near out-of-memory
-    gpu_mem_near_oom_pct: float = _s(
+    gpu_mem_near_oom_pct: Setting = Setting(
         90.0,
         "%",
         "Peak GPU memory (the trial's, or the device's used memory if higher) as a "
@@ -117,14 +173,14 @@ class FindingSettings:
         f"{OURS} (the issue): 10% left for allocator fragmentation and for peaks shorter than "
         "a sampling interval",
     )
-    alloc_retries_min: float = _s(
+    alloc_retries_min: Setting = Setting(
         1,
         "count",
         "Torch allocator retries (rise of torch.alloc_retries over the trial) at or "
         "above which the trial is near out-of-memory.",
         TORCH_RETRIES,
     )
-    cpu_mem_near_limit_pct: float = _s(
+    cpu_mem_near_limit_pct: Setting = Setting(
         90.0,
         "%",
         "Peak CPU memory of the trial as a share of its memory limit (cgroup limit, "
@@ -132,21 +188,21 @@ class FindingSettings:
         f"{OURS} (the issue), the same margin as for GPU memory",
     )
     # --- GPU under-used / busy but not working
-    gpu_underused_util_pct: float = _s(
+    gpu_underused_util_pct: Setting = Setting(
         50.0,
         "%",
         "Mean GPU utilization while training (evaluations left out) under which a "
         "GPU is under-used.",
         SM_LOW_GPU,
     )
-    sm_active_low_pct: float = _s(
+    sm_active_low_pct: Setting = Setting(
         50.0,
         "%",
         "Mean SM activity (GPM) while training under which a GPU is under-used, or, "
         "with high utilization, busy but not working.",
         DCGM_SM,
     )
-    busy_util_pct: float = _s(
+    busy_util_pct: Setting = Setting(
         80.0,
         "%",
         "Mean GPU utilization while training at or above which a GPU counts as busy "
@@ -154,7 +210,7 @@ class FindingSettings:
         f"{OURS} (the issue); NVML utilization counts "
         "any time a kernel runs, however few SMs it occupies",
     )
-    busy_power_pct: float = _s(
+    busy_power_pct: Setting = Setting(
         40.0,
         "%",
         "Where the device has no GPM: mean power draw as a share of the power limit "
@@ -162,14 +218,14 @@ class FindingSettings:
         f"{OURS} (a heuristic: a GPU whose SMs are full draws most of its power limit)",
     )
     # --- CPU-bound
-    cpu_bound_cpu_pct: float = _s(
+    cpu_bound_cpu_pct: Setting = Setting(
         90.0,
         "%",
         "CPU utilization of the trial (of the capacity it may use) at or above which "
         "a sample counts as CPU-saturated.",
         SM_CPU,
     )
-    cpu_bound_window_s: float = _s(
+    cpu_bound_window_s: Setting = Setting(
         2.0,
         "s",
         "CPU utilization is averaged over this trailing window before it is compared: the "
@@ -177,21 +233,21 @@ class FindingSettings:
         "jitter around the true share.",
         f"{OURS} (Linux CFS bandwidth control: cpu.cfs_period_us defaults to 100 ms)",
     )
-    cpu_bound_gpu_pct: float = _s(
+    cpu_bound_gpu_pct: Setting = Setting(
         10.0,
         "%",
         "GPU utilization (mean of the trial's GPUs) under which the GPU counts as "
         "waiting in a CPU-saturated sample.",
         SM_CPU,
     )
-    cpu_bound_wait_pct: float = _s(
+    cpu_bound_wait_pct: Setting = Setting(
         20.0,
         "%",
         "For trials without a GPU: data-wait share of the period at or above which "
         "the training loop counts as waiting in a CPU-saturated sample.",
         f"{OURS}, the highly input-bound threshold of {TF_INPUT}",
     )
-    cpu_bound_share_pct: float = _s(
+    cpu_bound_share_pct: Setting = Setting(
         50.0,
         "%",
         "Share of training samples that are CPU-saturated while the GPU (or the "
@@ -199,14 +255,14 @@ class FindingSettings:
         SM_CPU,
     )
     # --- idle GPUs
-    idle_gpu_util_pct: float = _s(
+    idle_gpu_util_pct: Setting = Setting(
         5.0,
         "%",
         "GPU utilization at or under which a sample counts as idle.",
         f"{OURS} ('near 0%'; SageMaker Debugger's LowGPUUtilization reports a GPU whose "
         "utilization never leaves 0 as not used)",
     )
-    idle_gpu_share_pct: float = _s(
+    idle_gpu_share_pct: Setting = Setting(
         80.0,
         "%",
         "Share of a GPU's samples that are idle at or above which the GPU the trial "
@@ -214,21 +270,22 @@ class FindingSettings:
         OURS,
     )
     # --- memory growth
-    growth_min_pct: float = _s(
+    growth_min_pct: Setting = Setting(
         5.0,
         "%",
         "Rise of memory over the second half of training, as a share of its level "
         "there, at or above which memory is growing.",
         SM_GPU_MEM,
+        over_100=True,
     )
-    growth_min_mib: float = _s(
+    growth_min_mib: Setting = Setting(
         64.0,
         "MiB",
         "Smallest rise over the second half of training reported as growth "
         "(ignores allocator noise).",
         OURS,
     )
-    growth_max_dip_pct: float = _s(
+    growth_max_dip_pct: Setting = Setting(
         25.0,
         "%",
         "Largest fall of a segment's mean memory below an earlier segment's (in the second "
@@ -236,65 +293,82 @@ class FindingSettings:
         "climbing' (a sawtooth of allocations and frees falls back; a leak does not).",
         OURS,
     )
-    growth_segments: float = _s(
+    growth_segments: Setting = Setting(
         8,
         "segments",
         "Segments the second half of training is cut into to test that memory keeps climbing.",
         OURS,
+        least=2,
     )
     # --- evaluation spikes
-    eval_spike_min_pct: float = _s(
+    eval_spike_min_pct: Setting = Setting(
         10.0,
         "%",
         "Memory an evaluation adds over the level just before it, as a share of "
         "that level, at or above which the evaluation spike is reported.",
         OURS,
+        over_100=True,
     )
-    eval_spike_min_mib: float = _s(
+    eval_spike_min_mib: Setting = Setting(
         64.0, "MiB", "Smallest memory an evaluation must add to be reported.", OURS
     )
+    eval_spike_baseline_max_s: Setting = Setting(
+        30.0,
+        "s",
+        "Longest stretch before an evaluation whose memory is its baseline (the level "
+        "just before it): as long as the evaluation, at least three sampling intervals, at "
+        "most this.",
+        f"{OURS}: long enough to average out a few steps, short enough that earlier "
+        "growth does not count as the evaluation's",
+    )
     # --- right-size
-    rightsize_headroom_pct: float = _s(
+    rightsize_headroom_pct: Setting = Setting(
         20.0,
         "%",
         "Headroom over the peak GPU memory the recommended GPU must hold.",
         f"{OURS} (the issue)",
+        over_100=True,
     )
-    mig_max_util_pct: float = _s(
+    mig_max_util_pct: Setting = Setting(
         15.0,
         "%",
         "95th percentile of GPU utilization while training at or under which a MIG "
         "slice is considered.",
         f"{OURS} (the issue); a 1g slice has 1/7 of the SMs",
     )
+    rightsize_moderate_price_pct: Setting = Setting(
+        50.0,
+        "%",
+        "Price of the recommended GPU, as a share of the current GPU's, at or under which "
+        "the right-size finding is moderate (else low).",
+        f"{OURS}: at half the price or less, as much is saved as is spent",
+    )
+    rightsize_slower_util_pct: Setting = Setting(
+        50.0,
+        "%",
+        "Mean GPU utilization at or above which the right-size finding warns that a smaller "
+        "GPU may run slower (its saving assumes the same run time).",
+        f"{OURS}, the under-used threshold (gpu_underused_util_pct): a GPU busier than "
+        "that is not mostly waiting, so fewer SMs may lengthen the run",
+    )
     # --- data sufficiency
-    min_samples: float = _s(
+    min_samples: Setting = Setting(
         5, "samples", "Fewest samples of a series (while training) before a rule judges it.", OURS
     )
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            problem = _problem(f.name, v)
+        for name, setting in SETTINGS.items():
+            problem = setting.problem(getattr(self, name))
             if problem is not None:
-                raise ConfigError(f"finding setting {f.name} {problem}")
+                raise ConfigError(f"finding setting {name} {problem}")
         if self.input_wait_moderate_pct > self.input_wait_high_pct:
             raise ConfigError("input_wait_moderate_pct must not exceed input_wait_high_pct")
 
 
-def _problem(name: str, v: object) -> str | None:
-    """What is wrong with ``v`` as the value of setting ``name`` (None: nothing)."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-        return f"must be a number >= 0, not {v!r}"
-    unit = _FIELDS[name].metadata["unit"]
-    if unit == "%" and v > 100 and not name.startswith(("growth_min", "eval_spike", "rightsize")):
-        return f"is a percentage: 0 to 100, not {v!r}"
-    if name == "growth_segments" and v < 2:
-        return f"must be at least 2, not {v!r}"
-    return None
-
-
-_FIELDS = {f.name: f for f in dataclasses.fields(FindingSettings)}
+SETTINGS: dict[str, Setting] = {
+    f.name: f.default for f in dataclasses.fields(FindingSettings) if isinstance(f.default, Setting)
+}
+"""Every setting by name, in table order."""
 
 
 @dataclass(frozen=True)
@@ -310,19 +384,10 @@ class SettingInfo:
 
 def setting_info() -> list[SettingInfo]:
     """Every setting of :class:`FindingSettings` with its default, unit, help and source."""
-    out = []
-    for f in dataclasses.fields(FindingSettings):
-        default: float = f.default  # type: ignore[assignment]
-        out.append(
-            SettingInfo(
-                f.name,
-                float(default),
-                str(f.metadata["unit"]),
-                str(f.metadata["help"]),
-                str(f.metadata["source"]),
-            )
-        )
-    return out
+    return [
+        SettingInfo(name, float(s.default), s.unit, s.help, s.source)
+        for name, s in SETTINGS.items()
+    ]
 
 
 # ---------------------------------------------------------------------- from the project
@@ -342,21 +407,21 @@ class EffectiveSettings:
     def changed(self) -> list[tuple[str, float, str]]:
         """(name, value, source) of every setting not at its default, in table order."""
         return [
-            (f.name, getattr(self.settings, f.name), self.source(f.name))
-            for f in dataclasses.fields(FindingSettings)
-            if self.source(f.name) != DEFAULT_SOURCE
+            (name, getattr(self.settings, name), self.source(name))
+            for name in SETTINGS
+            if self.source(name) != DEFAULT_SOURCE
         ]
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """``{name: {"value", "unit", "default", "source"}}`` for every setting (JSON)."""
         return {
-            f.name: {
-                "value": getattr(self.settings, f.name),
-                "unit": f.metadata["unit"],
-                "default": f.default,
-                "source": self.source(f.name),
+            name: {
+                "value": getattr(self.settings, name),
+                "unit": s.unit,
+                "default": s.default,
+                "source": self.source(name),
             }
-            for f in dataclasses.fields(FindingSettings)
+            for name, s in SETTINGS.items()
         }
 
     @classmethod
@@ -371,9 +436,9 @@ class EffectiveSettings:
         return cls(
             settings,
             {
-                f.name: "argument"
-                for f in dataclasses.fields(FindingSettings)
-                if getattr(settings, f.name) != f.default
+                name: "argument"
+                for name, s in SETTINGS.items()
+                if getattr(settings, name) != s.default
             },
         )
 
@@ -437,9 +502,9 @@ def _file_values(path: Path) -> tuple[dict[str, Any], str]:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: {prefix}{_TABLE} must be a table of settings")
     for key, value in table.items():
-        if key not in _FIELDS:
+        if key not in SETTINGS:
             raise ConfigError(f"{where}: unknown setting {key!r} (see docs/findings.md#settings)")
-        problem = _problem(key, value)
+        problem = SETTINGS[key].problem(value)
         if problem is not None:
             raise ConfigError(f"{where}: {key} {problem}")
     return table, where
@@ -447,7 +512,7 @@ def _file_values(path: Path) -> tuple[dict[str, Any], str]:
 
 def _env_values(environ: Mapping[str, str]) -> dict[str, tuple[float, str]]:
     out = {}
-    for name in _FIELDS:
+    for name, setting in SETTINGS.items():
         var = ENV_PREFIX + name.upper()
         raw = environ.get(var, "").strip()
         if not raw:
@@ -456,7 +521,7 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, tuple[float, str]]:
             value: object = float(raw)
         except ValueError:
             value = raw
-        problem = _problem(name, value)
+        problem = setting.problem(value)
         if problem is not None:
             raise ConfigError(f"${var}: {name} {problem}")
         assert isinstance(value, float)
@@ -479,7 +544,7 @@ def load_settings(
     for key, (value, var) in _env_values(os.environ if environ is None else environ).items():
         values[key], sources[key] = value, var
     low, high = "input_wait_moderate_pct", "input_wait_high_pct"
-    lo, hi = values.get(low, _FIELDS[low].default), values.get(high, _FIELDS[high].default)
+    lo, hi = values.get(low, SETTINGS[low].default), values.get(high, SETTINGS[high].default)
     if lo > hi:  # the one rule between two settings, which may come from two places
         raise ConfigError(
             f"{low} = {lo:g} ({sources.get(low, DEFAULT_SOURCE)}) must not exceed "

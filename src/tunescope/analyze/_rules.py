@@ -76,14 +76,13 @@ ADVICE_EVAL = (
 
 
 def _share_from_events(d: TrialData) -> dict[str, Any] | None:
-    n = d.store.count_events(d.trial.id, ["data_wait"])
+    n = d.store.count_events(d.trial.id, kinds=["data_wait"])
     if n == 0 or n > MAX_WAIT_EVENTS:
         return None
     lo, hi = d.bounds()
-    w = d.store.events(d.trial.id, lo, hi, kinds=["data_wait"], limit=n + 1)
     rows = [
         (e.t, e.duration, e.value)
-        for e in (w.events or [])
+        for e in d.store.all_events(d.trial.id, lo, hi, kinds=["data_wait"])
         if e.duration is not None and e.value is not None
     ]
     if not rows:
@@ -347,7 +346,7 @@ def memory_growth(
     rise = means[-1] - start
     minutes = (b - mid) / 60.0 * (segs - 1) / segs
     slope = rise2 / minutes if minutes > 0 else math.nan
-    steps = d.store.count_events(d.trial.id, ["optimizer_step"], a, b)
+    steps = d.store.count_events(d.trial.id, a, b, kinds=["optimizer_step"])
     limit_tr = d.trace("cpu.mem.limit") if metric == "cpu.mem" else d.trace("gpu.mem.total", device)
     limit = float(limit_tr.v[-1]) if limit_tr is not None else None
     to_limit = (limit - means[-1]) / slope if limit is not None and slope > 0 else None

@@ -212,7 +212,7 @@ METHODS: dict[str, Method] = {
     "events": Method(
         False, {"trial_id": _R, "start": _N, "end": _N, "kinds": _KINDS, "limit": (_int, 2000)}
     ),
-    "count_events": Method(False, {"trial_id": _R, "kinds": _KINDS, "start": _FROM, "end": _TO}),
+    "count_events": Method(False, {"trial_id": _R, "start": _FROM, "end": _TO, "kinds": _KINDS}),
     "latest": Method(False, {"trial_id": _R}),
     "corrupt_series": Method(False, {}),
 }

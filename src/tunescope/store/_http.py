@@ -370,6 +370,7 @@ class HttpStore(Store):
         trial_id: int,
         start: float,
         end: float,
+        *,
         kinds: Sequence[str] | None = None,
         limit: int = 2000,
     ) -> EventsWindow:
@@ -385,11 +386,12 @@ class HttpStore(Store):
     def count_events(
         self,
         trial_id: int,
-        kinds: Sequence[str] | None = None,
         start: float = -np.inf,
         end: float = np.inf,
+        *,
+        kinds: Sequence[str] | None = None,
     ) -> int:
-        args = {"trial_id": trial_id, "kinds": _kinds(kinds), "start": start, "end": end}
+        args = {"trial_id": trial_id, "start": start, "end": end, "kinds": _kinds(kinds)}
         return self._get("count_events", args, int)
 
     def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:

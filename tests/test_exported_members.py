@@ -57,6 +57,8 @@ PUBLIC = {
         "new_key",
         "Writer",
         "PooledStore",
+        "SQLStore",
+        "load",
         "ReplayStats",
         "replay",
         "pending",
@@ -71,7 +73,8 @@ PUBLIC = {
         "project_of",
         "check_url",
     },
-    "tunescope.metrics": {"CATALOG", "GIB", "Metric", "headline", "metric"},
+    "tunescope.server": {"ApiError", "create_app", "page_host", "release_store", "serve"},
+    "tunescope.metrics": {"CATALOG", "GIB", "Metric", "Scope", "headline", "metric"},
     "tunescope.record": {
         "run",
         "Run",

@@ -8,7 +8,7 @@ a Markdown or HTML report is rendered.
 """
 
 from tunescope.analyze._charts import require_charts
-from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity
+from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity, jsonable
 from tunescope.analyze._findings import RULES, findings_for_run, findings_for_trial, to_dict
 from tunescope.analyze._objective import Objective, trial_objective
 from tunescope.analyze._report import (
@@ -67,6 +67,7 @@ __all__ = [
     "findings_for_run",
     "findings_for_trial",
     "gpu_catalog",
+    "jsonable",
     "load_settings",
     "match_gpu",
     "printable",

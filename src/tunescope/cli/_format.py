@@ -13,8 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunescope.analyze import printable
-from tunescope.analyze._finding import jsonable
+from tunescope.analyze import jsonable, printable
 from tunescope.errors import ConfigError
 from tunescope.metrics import metric
 from tunescope.store import Store

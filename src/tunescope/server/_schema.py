@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from tunescope.metrics._catalog import Scope
+from tunescope.metrics import Scope
 
 __all__ = [
     "CheckpointOut",

@@ -18,7 +18,7 @@ costs one request. :meth:`HttpStore.write` posts the batch, gzip-compressed, to 
   a reused connection turns out closed before any answer; appends and ``create_trial`` are
   not: like a lost database connection while committing, they raise StoreUnavailable, as
   whether they landed is unknown.
-* **Errors** come back as the class the server's store raised (``_wire.CODES``).
+* **Errors** come back as the class the server's store raised (``wire.CODES``).
 * **Packing.** Samples that batches carry are written by the server's store, which packs
   them like any writer (when 256 gather) and packs a trial's series when its end lands;
   :meth:`HttpStore.close` and ``compact()`` pack the series this store appended to with
@@ -48,7 +48,7 @@ from tunescope.store._model import (
     TrialInfo,
     Window,
 )
-from tunescope.store._wire import (
+from tunescope.store.wire import (
     arrays_of,
     blobs_of,
     doc,

@@ -73,7 +73,6 @@ PUBLIC = {
         "project_of",
         "check_url",
     },
-    "tunescope.server": {"ApiError", "create_app", "page_host", "release_store", "serve"},
     "tunescope.metrics": {"CATALOG", "GIB", "Metric", "Scope", "headline", "metric"},
     "tunescope.record": {
         "run",

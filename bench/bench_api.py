@@ -24,8 +24,7 @@ import httpx
 import numpy as np
 
 from tunescope.metrics import GIB
-from tunescope.server import create_app
-from tunescope.server._app import release_store
+from tunescope.server import create_app, release_store
 from tunescope.store import open_store
 
 OUT = Path(__file__).resolve().parent / "out"

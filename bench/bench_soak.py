@@ -169,7 +169,7 @@ def _report(results: list[dict[str, object]], urls: list[str], faults: dict[str,
             times: list[float] = []
             for s in st.list_series(info.id, "cpu.procs"):
                 times.extend(st.read_samples(s.id)[0].tolist())
-            ev = st.events(info.id, 0, time.time() + 3600, limit=10**7).events or []
+            ev = st.all_events(info.id)
             marks = [e.name for e in ev if e.kind == "mark"]
             gaps = [e.duration or 0.0 for e in ev if e.kind == "sampler_gap"]
         span = (info.end or time.time()) - info.start

@@ -43,8 +43,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from pg_cluster import PrivateCluster, available  # noqa: E402
 from tunescope.errors import NotFound  # noqa: E402
 from tunescope.metrics import CATALOG, GIB  # noqa: E402
-from tunescope.store import Batch, TrialSpec, Writer, new_key, open_store  # noqa: E402
-from tunescope.store._sql import SQLStore  # noqa: E402
+from tunescope.store import Batch, SQLStore, TrialSpec, Writer, new_key, open_store  # noqa: E402
 
 SECONDS = float(os.environ.get("TEAM_SECONDS", "120"))
 TRIALS = 64

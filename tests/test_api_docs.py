@@ -65,7 +65,13 @@ def test_serve_binds_localhost_by_default() -> None:
 
 
 def test_public_face() -> None:
-    assert sorted(server.__all__) == ["ApiError", "create_app", "serve"]
+    assert sorted(server.__all__) == [
+        "ApiError",
+        "create_app",
+        "page_host",
+        "release_store",
+        "serve",
+    ]
     for name in server.__all__:
         assert getattr(server, name).__doc__
 

@@ -74,8 +74,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     with open_store(url) as st:
         run = st.get_run(name)
         trials = st.list_trials(run.id)
-        steps = {t.id: st.count_events(t.id, ["optimizer_step"]) for t in trials}
-        evals = {t.id: st.count_events(t.id, ["evaluation"]) for t in trials}
+        steps = {t.id: st.count_events(t.id, kinds=["optimizer_step"]) for t in trials}
+        evals = {t.id: st.count_events(t.id, kinds=["evaluation"]) for t in trials}
         peaks = {}
         for t in trials:
             (mem,) = st.list_series(t.id, "cpu.mem")

@@ -57,6 +57,8 @@ PUBLIC = {
         "new_key",
         "Writer",
         "PooledStore",
+        "SQLStore",
+        "load",
         "ReplayStats",
         "replay",
         "pending",
@@ -71,7 +73,7 @@ PUBLIC = {
         "project_of",
         "check_url",
     },
-    "tunescope.metrics": {"CATALOG", "GIB", "Metric", "headline", "metric"},
+    "tunescope.metrics": {"CATALOG", "GIB", "Metric", "Scope", "Source", "headline", "metric"},
     "tunescope.record": {
         "run",
         "Run",

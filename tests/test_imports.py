@@ -99,6 +99,38 @@ def test_layering() -> None:
     assert not bad, "\n".join(bad)
 
 
+def _part_of(path: Path) -> str:
+    rel = path.relative_to(PKG).parts
+    return rel[0].removesuffix(".py") if len(rel) > 1 else path.stem
+
+
+def test_parts_use_each_other_by_public_names() -> None:
+    """A part uses another only through what that part's package exports (its ``__init__``
+    or a public module), never through one of its private ``_`` modules: those may change
+    without notice, and the package's ``__all__`` is what tests/test_exported_members.py
+    holds steady."""
+    bad = []
+    for f in sorted(PKG.rglob("*.py")):
+        mine = _part_of(f)
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            private = [
+                n
+                for n in names
+                if n.startswith("tunescope.")
+                and len(p := n.split(".")) > 2
+                and p[1] != mine
+                and p[2].startswith("_")
+            ]
+            if private:
+                bad.append(f"{f.relative_to(PKG)}:{node.lineno} imports {private[0]}")
+    assert not bad, "\n".join(bad)
+
+
 def test_every_module_belongs_to_a_part() -> None:
     tops = {
         p.stem if p.is_file() else p.name

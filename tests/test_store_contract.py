@@ -202,6 +202,54 @@ def test_events_window_intervals_and_binning(store: Store) -> None:
     assert only.events is not None and [e.step for e in only.events][:3] == [1, 2, 3]
 
 
+def test_window_points_read_alike_raw_or_bucketed(store: Store) -> None:
+    """A window's points (t, mean, min, max, count) are the raw samples one for one, or the
+    buckets' own figures: a reader never needs to ask which it got."""
+    tid = _trial(store)
+    s = store.series(tid, "gpu.util", "0")
+    n = CHUNK_SAMPLES * 4
+    vs = [float(i % 13) for i in range(n)]
+    store.append_samples((s.id, T0 + i, v) for i, v in enumerate(vs))
+    raw = store.window(s.id, T0 + 10, T0 + 14, 100)
+    assert raw.raw and raw.t == [T0 + 10, T0 + 11, T0 + 12, T0 + 13, T0 + 14]
+    assert raw.mean == raw.min == raw.max == vs[10:15] and raw.count == [1] * 5
+    assert raw.peak == max(vs[10:15])
+    w = store.window(s.id, T0, T0 + n, 10)
+    assert not w.raw and w.buckets is not None
+    assert w.t == [(b.t_first + b.t_last) / 2 for b in w.buckets]
+    assert (w.mean, w.min, w.max) == tuple(
+        [getattr(b, k) for b in w.buckets] for k in ("mean", "min", "max")
+    )
+    assert sum(w.count) == n and w.peak == 12.0
+    empty = store.window(s.id, T0 - 100, T0 - 50, 10)
+    assert empty.t == empty.count == [] and empty.peak is None
+
+
+def test_event_reads_share_one_spelling(store: Store) -> None:
+    """count_events, events and all_events take (trial, start, end) in that order (all time
+    by default but for events) and the kinds by name; all_events never bins, however many
+    match."""
+    tid = _trial(store)
+    evs = [Event(tid, "optimizer_step", T0 + i, step=i) for i in range(300)]
+    evs += [Event(tid, "evaluation", T0 + 100.5, duration=2.0)]
+    store.add_events(evs)
+    assert store.count_events(tid) == 301
+    assert store.count_events(tid, T0 + 100, T0 + 101) == 3
+    assert store.count_events(tid, T0 + 100, T0 + 101, kinds=["evaluation"]) == 1
+    assert store.count_events(tid, kinds=["optimizer_step"]) == 300
+    assert store.events(tid, T0, T0 + 300).total == 301
+    steps = store.events(tid, T0 + 100, T0 + 101, kinds=["optimizer_step"], limit=10)
+    assert steps.events is not None and [e.step for e in steps.events] == [100, 101]
+    assert store.events(tid, T0, T0 + 300, kinds=["optimizer_step"], limit=10).events is None
+    every = store.all_events(tid, kinds=["optimizer_step"])
+    assert [e.step for e in every] == list(range(300))
+    assert [e.kind for e in store.all_events(tid, T0 + 101, T0 + 102)] == [
+        "evaluation",
+        "optimizer_step",
+        "optimizer_step",
+    ]
+
+
 def test_scalars(store: Store) -> None:
     tid = _trial(store)
     store.add_scalars([Scalar(tid, "loss", i, T0 + i, 1.0 / (i + 1)) for i in range(10)])

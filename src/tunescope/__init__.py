@@ -23,8 +23,7 @@ from tunescope.errors import (
 
 if TYPE_CHECKING:
     from tunescope.record import Run, Trial, current_trial, run
-    from tunescope.store import open_store
-    from tunescope.store._export import load
+    from tunescope.store import load, open_store
 
 __version__ = "0.1.0"
 
@@ -54,7 +53,7 @@ _LAZY = {
     "Trial": "tunescope.record",
     "current_trial": "tunescope.record",
     "open_store": "tunescope.store",
-    "load": "tunescope.store._export",
+    "load": "tunescope.store",
 }
 
 

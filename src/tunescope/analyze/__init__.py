@@ -8,7 +8,7 @@ a Markdown or HTML report is rendered.
 """
 
 from tunescope.analyze._charts import require_charts
-from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity
+from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity, jsonable
 from tunescope.analyze._findings import RULES, findings_for_run, findings_for_trial, to_dict
 from tunescope.analyze._objective import Objective, trial_objective
 from tunescope.analyze._report import (
@@ -43,7 +43,7 @@ from tunescope.analyze._summary import (
     trial_duration,
     trial_end,
 )
-from tunescope.analyze._text import printable
+from tunescope.analyze._text import elapsed, printable, value
 
 __all__ = [
     "GPU_CATALOG",
@@ -66,9 +66,11 @@ __all__ = [
     "build_report",
     "data_wait_share",
     "describe_catalog",
+    "elapsed",
     "findings_for_run",
     "findings_for_trial",
     "gpu_catalog",
+    "jsonable",
     "load_settings",
     "match_gpu",
     "printable",
@@ -82,4 +84,5 @@ __all__ = [
     "trial_duration",
     "trial_end",
     "trial_objective",
+    "value",
 ]

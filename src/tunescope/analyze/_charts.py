@@ -83,29 +83,24 @@ def trial_chart(store: Store, t: TrialInfo, origin: float) -> TrialChart:
         lines = []
         for s in store.list_series(t.id, m.key):
             w = store.window(s.id, lo, hi + 1e-3, CHART_POINTS)
-            if w.samples is not None:
-                ts = [a - origin for a, _ in w.samples]
-                vs = [b * m.scale for _, b in w.samples]
-                lines.append(ChartLine(_device_label(s.device), ts, vs, vs, vs))
-            elif w.buckets:
-                b = w.buckets
+            if w.t:
                 lines.append(
                     ChartLine(
                         _device_label(s.device),
-                        [(x.t_first + x.t_last) / 2 - origin for x in b],
-                        [x.mean * m.scale for x in b],
-                        [x.min * m.scale for x in b],
-                        [x.max * m.scale for x in b],
+                        [x - origin for x in w.t],
+                        [x * m.scale for x in w.mean],
+                        [x * m.scale for x in w.min],
+                        [x * m.scale for x in w.max],
                     )
                 )
         panels.append(ChartPanel(m.key, m.label, m.unit, m.max_value, m.markers, lines))
     steps_w = store.events(t.id, lo, hi, kinds=["optimizer_step"], limit=400)
-    evals_w = store.events(t.id, lo, hi, kinds=["evaluation"], limit=100_000)
+    evals = store.all_events(t.id, lo, hi, kinds=["evaluation"])
     return TrialChart(
         panels,
         [e.t - origin for e in steps_w.events or []],
         [(b.t0 - origin, b.t1 - origin, b.count) for b in steps_w.bins or [] if b.count],
-        [(e.t - origin, e.t + (e.duration or 0.0) - origin) for e in evals_w.events or []],
+        [(e.t - origin, e.t + (e.duration or 0.0) - origin) for e in evals],
         [(a - origin, a + d - origin) for a, d in sampler_gaps(store, t)],
     )
 

@@ -149,20 +149,15 @@ class TrialData:
                 return None
             return Trace(info, t, v, v, v, np.ones(len(t)))
         w = self.store.window(info.id, first, last + 1e-3, self.max_points)
-        if w.samples is not None:
-            arr = np.asarray(w.samples, dtype=np.float64).reshape(-1, 2)
-            return Trace(info, arr[:, 0], arr[:, 1], arr[:, 1], arr[:, 1], np.ones(len(arr)))
-        b = w.buckets or []
-        if not b:
+        if not w.raw and not w.buckets:
             return None
-        t = np.array([(x.t_first + x.t_last) / 2 for x in b])
         return Trace(
             info,
-            t,
-            np.array([x.mean for x in b]),
-            np.array([x.min for x in b]),
-            np.array([x.max for x in b]),
-            np.array([float(x.n) for x in b]),
+            np.asarray(w.t, dtype=np.float64),
+            np.asarray(w.mean, dtype=np.float64),
+            np.asarray(w.min, dtype=np.float64),
+            np.asarray(w.max, dtype=np.float64),
+            np.asarray(w.count, dtype=np.float64),
         )
 
     # ------------------------------------------------------------------ time
@@ -187,15 +182,15 @@ class TrialData:
         """(start, end) of every evaluation, sorted."""
         if self._evals is None:
             lo, hi = self.bounds()
-            w = self.store.events(self.trial.id, lo, hi, kinds=["evaluation"], limit=100_000)
-            self._evals = sorted((e.t, e.t + (e.duration or 0.0)) for e in (w.events or []))
+            every = self.store.all_events(self.trial.id, lo, hi, kinds=["evaluation"])
+            self._evals = sorted((e.t, e.t + (e.duration or 0.0)) for e in every)
         return self._evals
 
     def steps(self) -> tuple[int, float | None, float | None]:
         """(count, time of the first, time of the last) optimizer step; times to within one
         bin of a 2000-bin window when there are more than 2000 steps."""
         if self._steps is None:
-            n = self.store.count_events(self.trial.id, ["optimizer_step"])
+            n = self.store.count_events(self.trial.id, kinds=["optimizer_step"])
             if n == 0:
                 self._steps = (0, None, None)
             else:

@@ -106,14 +106,13 @@ class _Waits:
 
 
 def _waits(d: TrialData) -> _Waits | None:
-    n = d.store.count_events(d.trial.id, ["data_wait"])
+    n = d.store.count_events(d.trial.id, kinds=["data_wait"])
     if n == 0 or n > MAX_WAIT_EVENTS:
         return None
     lo, hi = d.bounds()
-    w = d.store.events(d.trial.id, lo, hi, kinds=["data_wait"], limit=n + 1)
     rows = [
         (e.t, e.duration, e.value)
-        for e in (w.events or [])
+        for e in d.store.all_events(d.trial.id, lo, hi, kinds=["data_wait"])
         if e.duration is not None and e.value is not None
     ]
     if not rows:
@@ -518,7 +517,7 @@ class MemoryGrowth(Rule[Growth]):
             segment_means=tuple(means),
             dip_bytes=float(np.max(np.maximum.accumulate(arr) - arr)),
             slope_bytes_per_min=rise2 / minutes if minutes > 0 else math.nan,
-            steps=d.store.count_events(d.trial.id, ["optimizer_step"], a, b),
+            steps=d.store.count_events(d.trial.id, a, b, kinds=["optimizer_step"]),
             limit_bytes=float(limit_tr.v[-1]) if limit_tr is not None else None,
             t0=a,
             t1=b,

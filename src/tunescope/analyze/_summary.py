@@ -3,7 +3,6 @@ one rule for a trial's end and duration."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from tunescope.metrics import headline, metric
@@ -35,8 +34,7 @@ def trial_duration(trial: TrialInfo) -> float | None:
 def sampler_gaps(store: Store, trial: TrialInfo) -> list[tuple[float, float]]:
     """(t, duration) of each span with no hardware samples: the sampler died and was
     restarted (``sampler_gap`` events)."""
-    ev = store.events(trial.id, -math.inf, math.inf, kinds=["sampler_gap"], limit=100_000).events
-    return [(e.t, e.duration or 0.0) for e in ev or []]
+    return [(e.t, e.duration or 0.0) for e in store.all_events(trial.id, kinds=["sampler_gap"])]
 
 
 @dataclass(frozen=True)
@@ -82,12 +80,10 @@ def summarize_metric(store: Store, trial_id: int, key: str) -> MetricSummary | N
             continue
         first, last, _ = extent
         w = store.window(s.id, first, last + 1e-3, 1)
-        if w.buckets:
-            b = w.buckets[0]
-            peak, total, n = max(peak, b.max), total + b.mean * b.n, n + b.n
-        elif w.samples:
-            vals = [v for _, v in w.samples]
-            peak, total, n = max(peak, *vals), total + sum(vals), n + len(vals)
+        if w.count:
+            peak = max(peak, *w.max)
+            total += sum(m * c for m, c in zip(w.mean, w.count, strict=True))
+            n += sum(w.count)
     if n == 0:
         return None
     return MetricSummary(key, peak, total / n, n, len(series))
@@ -106,7 +102,7 @@ def summarize_trial(
     return TrialSummary(
         trial,
         metrics,
-        optimizer_steps=store.count_events(trial.id, ["optimizer_step"]),
-        evaluations=store.count_events(trial.id, ["evaluation"]),
-        checkpoints=store.count_events(trial.id, ["checkpoint"]),
+        optimizer_steps=store.count_events(trial.id, kinds=["optimizer_step"]),
+        evaluations=store.count_events(trial.id, kinds=["evaluation"]),
+        checkpoints=store.count_events(trial.id, kinds=["checkpoint"]),
     )

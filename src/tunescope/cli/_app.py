@@ -449,8 +449,8 @@ def _serve(
 ) -> None:
     try:
         from tunescope.analyze import load_settings
+        from tunescope.server import page_host
         from tunescope.server import serve as serve_app
-        from tunescope.server._security import page_host
     except ImportError as exc:
         raise ConfigError(
             f"the page needs the server extra: pip install 'tunescope[server]' ({exc})"

@@ -14,10 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tunescope.analyze import printable
-from tunescope.analyze._finding import jsonable
-from tunescope.analyze._text import elapsed as duration
-from tunescope.analyze._text import value
+from tunescope.analyze import elapsed as duration
+from tunescope.analyze import jsonable, printable, value
 from tunescope.errors import ConfigError
 from tunescope.store import Store
 

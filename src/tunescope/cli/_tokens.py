@@ -16,8 +16,7 @@ import typer
 from tunescope.cli import _format as fmt
 from tunescope.cli._input import Command, StoreOpt, not_empty
 from tunescope.errors import ConfigError
-from tunescope.store import open_store, resolve_url
-from tunescope.store._sql import SQLStore
+from tunescope.store import SQLStore, open_store, resolve_url
 
 __all__ = ["admin_store", "tokens"]
 

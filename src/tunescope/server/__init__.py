@@ -6,7 +6,8 @@ only read the store, so the server can run while samplers record into the same d
 store routes (``_store_api.py``) let HTTP stores read and record through it.
 """
 
-from tunescope.server._app import create_app, serve
+from tunescope.server._app import create_app, release_store, serve
 from tunescope.server._errors import ApiError
+from tunescope.server._security import page_host
 
-__all__ = ["ApiError", "create_app", "serve"]
+__all__ = ["ApiError", "create_app", "page_host", "release_store", "serve"]

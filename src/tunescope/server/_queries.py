@@ -175,9 +175,7 @@ def series_peak(store: Store, info: SeriesInfo) -> float | None:
         return None
     lo, hi, _ = extent
     w = store.window(info.id, lo, hi if hi > lo else lo + 1.0, 1)
-    if w.samples is not None:
-        return max((v for _, v in w.samples), default=None)
-    return max((b.max for b in w.buckets or ()), default=None)
+    return w.peak
 
 
 class RunSummaries:

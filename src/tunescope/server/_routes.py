@@ -286,12 +286,12 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         hi = info.end if info.end is not None else max(time.time(), info.heartbeat or 0.0)
         s, e = window_bounds(start, end, info.start, hi, pad=max(info.interval, 0.001))
         if cursor is None:
-            w = store.events(info.id, s, e, wanted, limit)
+            w = store.events(info.id, s, e, kinds=wanted, limit=limit)
             # too many to list at once: the bins, and the way to page through the events
             first = None if w.events is not None else write_cursor("events", None)
             return _json(events_json(w, first))
         page, key = store.event_page(info.id, s, e, wanted, after, limit)
-        total = store.count_events(info.id, wanted, s, e)
+        total = store.count_events(info.id, s, e, kinds=wanted)
         more = None if key is None else write_cursor("events", key)
         return _json(events_json(EventsWindow(s, e, total, events=page), more))
 
@@ -333,7 +333,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     )
     def trial_checkpoints(request: Request, trial: TrialId) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
-        w = store.events(info.id, 0.0, 1e11, ["checkpoint"], limit=1_000_000_000)
-        return _json([checkpoint_json(e) for e in w.events or ()])
+        every = store.all_events(info.id, kinds=["checkpoint"])
+        return _json([checkpoint_json(e) for e in every])
 
     return router

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from tunescope.metrics._catalog import Scope, Source
+from tunescope.metrics import Scope, Source
 
 __all__ = [
     "CheckpointOut",

@@ -98,29 +98,16 @@ def run_findings_json(findings: dict[int, list[Finding]], counts: dict[str, int]
 def window_series_json(w: Window) -> Json:
     """One device's series in a window: ``raw`` samples or ``buckets``, and how many damaged
     chunks the window could not decode."""
-    info = w.series
-    if w.samples is not None:
-        return {
-            "device": info.device,
-            "note": info.note,
-            "mode": "raw",
-            "t": [s[0] for s in w.samples],
-            "mean": [s[1] for s in w.samples],
-            "min": None,
-            "max": None,
-            "n": None,
-            "corrupt_chunks": w.corrupt_chunks,
-        }
-    buckets = w.buckets or []
     return {
-        "device": info.device,
-        "note": info.note,
-        "mode": "buckets",
-        "t": [(b.t_first + b.t_last) / 2.0 for b in buckets],
-        "mean": [b.mean for b in buckets],
-        "min": [b.min for b in buckets],
-        "max": [b.max for b in buckets],
-        "n": [b.n for b in buckets],
+        "device": w.series.device,
+        "note": w.series.note,
+        "mode": "raw" if w.raw else "buckets",
+        "t": w.t,
+        "mean": w.mean,
+        # raw samples send their values once (as mean); min, max and n would repeat them
+        "min": None if w.raw else w.min,
+        "max": None if w.raw else w.max,
+        "n": None if w.raw else w.count,
         "corrupt_chunks": w.corrupt_chunks,
     }
 

@@ -2,7 +2,7 @@
 
 ``POST /api/v1/store/{method}`` runs one method of the store contract on the server's store:
 the body is an object of its arguments by name, the answer ``{"result": …}``
-(``store/_wire.py`` says how records, arrays and bytes travel). Only the methods of
+(``store/wire.py`` says how records, arrays and bytes travel). Only the methods of
 ``_store_methods.METHODS`` are served, each marked read or write (a write needs a write token).
 ``POST /api/v1/ingest`` writes one batch (:meth:`Batch.to_json`, usually gzip-compressed)
 with the store's exactly-once :meth:`~tunescope.store.Store.write` and answers
@@ -45,7 +45,7 @@ from tunescope.server._auth import Principal, principal_of, require_write
 from tunescope.server._errors import ApiError, invalid, not_found
 from tunescope.server._store_methods import METHODS
 from tunescope.store import Batch, Store
-from tunescope.store._wire import PROJECT_HEADER, dumps, loads, status_of
+from tunescope.store.wire import PROJECT_HEADER, dumps, loads, status_of
 
 __all__ = ["MAX_BODY_BYTES", "store_router"]
 

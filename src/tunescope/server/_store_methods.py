@@ -1,6 +1,6 @@
 """The store contract methods the server serves to HTTP stores (``_store_api.py``): for
 each, whether it writes, its arguments with the check of each (a body that fails one never
-reaches the store: 422 ``invalid``) and how its result becomes JSON (``store/_wire.py``).
+reaches the store: 422 ``invalid``) and how its result becomes JSON (``store/wire.py``).
 
 Arguments named ``project``, ``run_id``, ``trial_id`` and ``series_id`` (and the ids inside
 ``rows``, ``events``, ``scalars``, ``chunk_ids``) are scoped by the route to the token's
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunescope.store import Event, Scalar
-from tunescope.store._wire import blobs_doc, doc
+from tunescope.store.wire import blobs_doc, doc
 
 __all__ = ["METHODS", "Method"]
 
@@ -212,7 +212,7 @@ METHODS: dict[str, Method] = {
     "events": Method(
         False, {"trial_id": _R, "start": _N, "end": _N, "kinds": _KINDS, "limit": (_int, 2000)}
     ),
-    "count_events": Method(False, {"trial_id": _R, "kinds": _KINDS, "start": _FROM, "end": _TO}),
+    "count_events": Method(False, {"trial_id": _R, "start": _FROM, "end": _TO, "kinds": _KINDS}),
     "latest": Method(False, {"trial_id": _R}),
     "corrupt_series": Method(False, {}),
 }

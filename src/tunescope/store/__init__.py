@@ -18,7 +18,7 @@ from tunescope.store._batch import (
     new_key,
 )
 from tunescope.store._contract import CHUNK_SAMPLES, LOST_AFTER_S, Store
-from tunescope.store._export import EVENT_COLUMNS, SAMPLE_COLUMNS, ExportRows, export_rows
+from tunescope.store._export import EVENT_COLUMNS, SAMPLE_COLUMNS, ExportRows, export_rows, load
 from tunescope.store._model import (
     EVENT_KINDS,
     TRIAL_STATES,
@@ -35,6 +35,7 @@ from tunescope.store._model import (
 from tunescope.store._open import open_store
 from tunescope.store._pool import PooledStore
 from tunescope.store._spool import ReplayStats, keeps, pending, replay, spool_dir, spool_root
+from tunescope.store._sql import SQLStore
 from tunescope.store._tokens import digest as token_digest
 from tunescope.store._url import (
     DEFAULT_STORE,
@@ -66,6 +67,7 @@ __all__ = [
     "PooledStore",
     "ReplayStats",
     "RunInfo",
+    "SQLStore",
     "SampleRow",
     "Scalar",
     "ScalarRow",
@@ -81,6 +83,7 @@ __all__ = [
     "display",
     "export_rows",
     "keeps",
+    "load",
     "new_key",
     "open_store",
     "os_user",

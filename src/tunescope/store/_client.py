@@ -12,7 +12,7 @@ ready). Failures become store errors in one line, the token never in them:
   not (appends, ``create_trial``) raises, as whether it landed is unknown;
 * 401, 403, a certificate that does not verify: :class:`~tunescope.errors.AccessDenied`
   naming ``$TUNESCOPE_TOKEN`` or ``$TUNESCOPE_CA_BUNDLE``;
-* any other error answer: the class its code names (``_wire.CODES``).
+* any other error answer: the class its code names (``wire.CODES``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from tunescope.errors import AccessDenied, ConfigError, StoreError, StoreUnavailable
 from tunescope.store._url import http_target
-from tunescope.store._wire import PROJECT_HEADER, error_of, loads
+from tunescope.store.wire import PROJECT_HEADER, error_of, loads
 
 __all__ = ["CA_ENV", "IDLE_REUSE_S", "TIMEOUT_S", "TOKEN_ENV", "Client"]
 

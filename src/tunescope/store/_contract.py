@@ -446,21 +446,39 @@ class Store(abc.ABC):
             info, start, end, buckets=parts.buckets(start, width, points), corrupt_chunks=corrupt
         )
 
+    # The event reads take the same arguments in the same order: the trial, the span
+    # [start, end] (all time by default, except for events, whose bins need a finite span),
+    # then by name the kinds (None: every kind) and, for events, the limit.
     def count_events(
         self,
         trial_id: int,
-        kinds: Sequence[str] | None = None,
         start: float = -np.inf,
         end: float = np.inf,
+        *,
+        kinds: Sequence[str] | None = None,
     ) -> int:
         """How many events (of the given kinds) overlap [start, end]."""
         return self._count_events(trial_id, start, end, kinds)
+
+    def all_events(
+        self,
+        trial_id: int,
+        start: float = -np.inf,
+        end: float = np.inf,
+        *,
+        kinds: Sequence[str] | None = None,
+    ) -> list[Event]:
+        """Every event (of the given kinds) whose interval overlaps [start, end], in time
+        order, however many: for readers that need each one (analysis, export), not a
+        drawing (see :meth:`events`)."""
+        return self._fetch_events(trial_id, start, end, kinds)
 
     def events(
         self,
         trial_id: int,
         start: float,
         end: float,
+        *,
         kinds: Sequence[str] | None = None,
         limit: int = 2000,
     ) -> EventsWindow:

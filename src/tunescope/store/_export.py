@@ -10,8 +10,6 @@ out (see :meth:`~tunescope.store.Store.corrupt_series`).
 
 from __future__ import annotations
 
-import math
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -88,10 +86,9 @@ def export_rows(
                         for a, b in zip(ts.tolist(), vs.tolist(), strict=True)
                     )
         if events:
-            ev = st.events(t.id, -math.inf, math.inf, limit=sys.maxsize)
             out.events.extend(
                 [r.name, t.name, e.kind, e.name or "", e.step, e.t, round(e.t - t0, 3), e.duration]
-                for e in (ev.events or [])
+                for e in st.all_events(t.id)
             )
     return out
 

@@ -18,7 +18,7 @@ costs one request. :meth:`HttpStore.write` posts the batch, gzip-compressed, to 
   a reused connection turns out closed before any answer; appends and ``create_trial`` are
   not: like a lost database connection while committing, they raise StoreUnavailable, as
   whether they landed is unknown.
-* **Errors** come back as the class the server's store raised (``_wire.CODES``).
+* **Errors** come back as the class the server's store raised (``wire.CODES``).
 * **Packing.** Samples that batches carry are written by the server's store, which packs
   them like any writer (when 256 gather) and packs a trial's series when its end lands;
   :meth:`HttpStore.close` and ``compact()`` pack the series this store appended to with
@@ -48,7 +48,7 @@ from tunescope.store._model import (
     TrialInfo,
     Window,
 )
-from tunescope.store._wire import (
+from tunescope.store.wire import (
     arrays_of,
     blobs_of,
     doc,
@@ -370,6 +370,7 @@ class HttpStore(Store):
         trial_id: int,
         start: float,
         end: float,
+        *,
         kinds: Sequence[str] | None = None,
         limit: int = 2000,
     ) -> EventsWindow:
@@ -385,11 +386,12 @@ class HttpStore(Store):
     def count_events(
         self,
         trial_id: int,
-        kinds: Sequence[str] | None = None,
         start: float = -np.inf,
         end: float = np.inf,
+        *,
+        kinds: Sequence[str] | None = None,
     ) -> int:
-        args = {"trial_id": trial_id, "kinds": _kinds(kinds), "start": start, "end": end}
+        args = {"trial_id": trial_id, "start": start, "end": end, "kinds": _kinds(kinds)}
         return self._get("count_events", args, int)
 
     def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:

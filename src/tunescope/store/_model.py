@@ -82,6 +82,11 @@ class Window:
     chunks of the window whose stored samples could not be decoded: those inside the window
     are in it as their stored summary (a coarser bucket, exact count, min, max and mean),
     those cut by its edges are missing. 0 means the window is exact as promised.
+
+    Read it, raw or bucketed alike, as points: :attr:`t`, :attr:`mean`, :attr:`min`,
+    :attr:`max` and :attr:`count` are equally long, one entry per point (a raw sample is a
+    point of one sample whose min, max and mean are its value; a bucket's point is at the
+    middle of ``t_first`` and ``t_last``). :attr:`raw` says which the window holds.
     """
 
     series: SeriesInfo
@@ -90,6 +95,51 @@ class Window:
     samples: list[tuple[float, float]] | None = None
     buckets: list[Bucket] | None = None
     corrupt_chunks: int = 0
+
+    @property
+    def raw(self) -> bool:
+        """Whether the window holds the raw samples (else buckets)."""
+        return self.samples is not None
+
+    @property
+    def t(self) -> list[float]:
+        """Each point's time: a sample's, or the middle of a bucket."""
+        if self.samples is not None:
+            return [s[0] for s in self.samples]
+        return [(b.t_first + b.t_last) / 2.0 for b in self.buckets or ()]
+
+    @property
+    def mean(self) -> list[float]:
+        """Each point's mean (a sample's value)."""
+        if self.samples is not None:
+            return [s[1] for s in self.samples]
+        return [b.mean for b in self.buckets or ()]
+
+    @property
+    def min(self) -> list[float]:
+        """Each point's lowest sample (a sample's value)."""
+        if self.samples is not None:
+            return [s[1] for s in self.samples]
+        return [b.min for b in self.buckets or ()]
+
+    @property
+    def max(self) -> list[float]:
+        """Each point's highest sample (a sample's value)."""
+        if self.samples is not None:
+            return [s[1] for s in self.samples]
+        return [b.max for b in self.buckets or ()]
+
+    @property
+    def count(self) -> list[int]:
+        """How many samples each point stands for (1 for a raw sample)."""
+        if self.samples is not None:
+            return [1] * len(self.samples)
+        return [b.n for b in self.buckets or ()]
+
+    @property
+    def peak(self) -> float | None:
+        """The highest sample in the window; None when it holds none."""
+        return max(self.max, default=None)
 
 
 @dataclass(frozen=True)

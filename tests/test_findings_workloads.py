@@ -99,6 +99,7 @@ def train(trial: ts.Trial, loader: Iterable[Any], pad: float) -> tuple[float, fl
 def test_input_bound_slow_moderate_and_fast_loaders(
     sqlite_url: str, db: Store, one_thread: None
 ) -> None:
+    import torch
     from torch.utils.data import DataLoader, Dataset
 
     class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):

@@ -54,6 +54,37 @@ lint: setup
 	$(BIN)/ruff format --check src tests bench hatch_build.py
 	$(BIN)/mypy
 
+# The developer's loop: ruff, mypy and the fast tests, in a light venv (.venv-check) without
+# torch or the other ML libraries; mypy keeps its incremental cache in that venv. The fast
+# tests are the files below: they start no process of their own (no sampler, server, CLI
+# subprocess or database server) and take a few seconds each. Tests marked ml, slow, browser,
+# faults or postgres, and every other file, are left to make test.
+CHECK_VENV   := .venv-check
+CHECK_BIN    := $(CHECK_VENV)/bin
+CHECK_STAMP  := $(CHECK_VENV)/.installed
+CHECK_EXTRAS := dev,server,prometheus,otel,postgres,gpu,pandas
+CHECK_MARKS  := not ml and not slow and not browser and not faults and not postgres
+CHECK_TESTS  := $(addprefix tests/test_,$(addsuffix .py,imports docs exported_members \
+	api_docs api_errors api_findings kept store_schema store_damage store_writer \
+	store_projects findings_rules cli_format record_watch))
+
+.PHONY: check clean-check
+clean: clean-check
+clean-check:
+	rm -rf $(CHECK_VENV)
+
+$(CHECK_STAMP): pyproject.toml
+	test -x $(CHECK_BIN)/python || $(PY) -m venv $(CHECK_VENV)
+	$(CHECK_BIN)/pip install -q --upgrade pip
+	$(CHECK_BIN)/pip install -q -e '.[$(CHECK_EXTRAS)]'
+	touch $(CHECK_STAMP)
+
+check: $(CHECK_STAMP)
+	$(CHECK_BIN)/ruff check src tests bench hatch_build.py
+	$(CHECK_BIN)/ruff format --check src tests bench hatch_build.py
+	$(CHECK_BIN)/mypy --cache-dir $(CHECK_VENV)/mypy_cache
+	$(CHECK_BIN)/pytest -q -m '$(CHECK_MARKS)' $(CHECK_TESTS)
+
 format: setup
 	$(BIN)/ruff format src tests bench hatch_build.py
 	$(BIN)/ruff check --fix src tests bench hatch_build.py

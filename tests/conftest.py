@@ -9,6 +9,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,3 +144,12 @@ def db(sqlite_url: str) -> Iterator[Store]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def optuna() -> Any:
+    """Optuna at warning verbosity, imported by the tests that use it (not at collection)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna

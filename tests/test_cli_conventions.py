@@ -13,17 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import optuna
 import pytest
 
-from tunescope.integrations.optuna import track
 from tunescope.store import Store, open_store
 
 T0 = 1_700_000_000.0
 GIB = 1024.0**3
 H100 = 81559 * 1024.0**2
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -224,7 +220,9 @@ def test_out_dash_is_stdout_and_html_needs_no_file(gate: str, tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == []  # never a file named -
 
 
-def _study(db: str, direction: str) -> optuna.Study:
+def _study(optuna: Any, db: str, direction: str) -> Any:
+    from tunescope.integrations.optuna import track
+
     def objective(trial: Any) -> float:
         x = trial.suggest_float("x", -10.0, 10.0)
         return (x - 2) ** 2
@@ -236,9 +234,10 @@ def _study(db: str, direction: str) -> optuna.Study:
     return study
 
 
-def test_objective_and_direction_of_a_real_optuna_study(tmp_path: Path) -> None:
+@pytest.mark.ml
+def test_objective_and_direction_of_a_real_optuna_study(tmp_path: Path, optuna: Any) -> None:
     db = str(tmp_path / "o.db")
-    study = _study(db, "maximize")
+    study = _study(optuna, db, "maximize")
     values = [t.value for t in study.trials]
     trials = json.loads(cli("trials", "search", "--store", db, "--format", "json").stdout)
     assert [t["objective"] for t in trials] == [[v] for v in values]
@@ -255,7 +254,12 @@ def test_objective_and_direction_of_a_real_optuna_study(tmp_path: Path) -> None:
     assert f", objective {values[0]:.6g} (maximize), params" in page
 
 
-def test_a_minimizing_multi_objective_study_shows_each_direction(tmp_path: Path) -> None:
+@pytest.mark.ml
+def test_a_minimizing_multi_objective_study_shows_each_direction(
+    tmp_path: Path, optuna: Any
+) -> None:
+    from tunescope.integrations.optuna import track
+
     db = str(tmp_path / "m.db")
     study = optuna.create_study(study_name="pareto", directions=["minimize", "maximize"])
 

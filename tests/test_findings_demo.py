@@ -12,18 +12,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-from torch import nn
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 import tunescope.record as ts
 from tunescope.analyze import Finding, findings_for_run, findings_for_trial
 from tunescope.cli._demo import run_demo
 from tunescope.store import open_store
 
-pytestmark = pytest.mark.slow
+if TYPE_CHECKING:
+    import torch
+
+pytestmark = [pytest.mark.slow, pytest.mark.ml]
 
 FEATURES = 64
 CLASSES = 10
@@ -51,35 +52,10 @@ def test_the_demo_slow_loader_trial_is_input_bound_and_the_others_not(tmp_path: 
         assert _input_bound(found[tid]) == [], [g.message for g in found[tid]]
 
 
-class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """A slow loader: PREPROCESS_S of work per sample."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.x, self.y = x, y
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(PREPROCESS_S)
-        return self.x[i] * 1.0, self.y[i]
-
-
-class BatchDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Fetches a whole batch with one indexing operation: nothing to collate."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.x, self.y = x, y
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[idx], self.y[idx]
-
-
 @pytest.fixture
 def one_thread() -> Iterator[None]:
+    import torch
+
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -93,6 +69,35 @@ def test_demo_like_slow_loader_is_input_bound_and_fast_loader_is_not(
 ) -> None:
     """A slow trial (MLP 256, batch 64, slow per-sample preprocessing) against a large one
     (MLP 1024, batch 128) fed by a loader that fetches whole batches."""
+    import torch
+    from torch import nn
+    from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+
+    class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+        """A slow loader: PREPROCESS_S of work per sample."""
+
+        def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+            self.x, self.y = x, y
+
+        def __len__(self) -> int:
+            return len(self.y)
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            time.sleep(PREPROCESS_S)
+            return self.x[i] * 1.0, self.y[i]
+
+    class BatchDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+        """Fetches a whole batch with one indexing operation: nothing to collate."""
+
+        def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+            self.x, self.y = x, y
+
+        def __len__(self) -> int:
+            return len(self.y)
+
+        def __getitem__(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.x[idx], self.y[idx]
+
     torch.manual_seed(0)
     x, y = torch.randn(8192, FEATURES), torch.randint(0, CLASSES, (8192,))
     setups = {

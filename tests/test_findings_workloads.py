@@ -18,15 +18,16 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
 
 import tunescope.record as ts
 from tunescope.analyze import Finding, findings_for_trial
 from tunescope.store import Store, TrialInfo
+
+if TYPE_CHECKING:
+    import torch
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +38,8 @@ INTERVAL = 0.25
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """One torch thread: the box is shared, and timings stay steadier."""
+    import torch
+
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -51,12 +54,16 @@ def rules(fs: list[Finding], rule: str) -> list[Finding]:
 
 class Model:
     def __init__(self, features: int = 32) -> None:
+        import torch
+
         self.net = torch.nn.Sequential(
             torch.nn.Linear(features, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)
         )
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=1e-3)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        import torch
+
         self.opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(self.net(x), y)
         loss.backward()  # type: ignore[no-untyped-call]
@@ -64,21 +71,9 @@ class Model:
 
 
 def batch(n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     return torch.randn(n, 32), torch.randint(0, 4, (n,))
-
-
-class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Each sample takes 2 ms to produce, like decoding an image on the fly."""
-
-    def __init__(self, n: int) -> None:
-        self.x, self.y = batch(n)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(0.002)
-        return self.x[i], self.y[i]
 
 
 def moderate_loader(n: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -100,9 +95,26 @@ def train(trial: ts.Trial, loader: Iterable[Any], pad: float) -> tuple[float, fl
     return t0, time.time()
 
 
+@pytest.mark.ml
 def test_input_bound_slow_moderate_and_fast_loaders(
     sqlite_url: str, db: Store, one_thread: None
 ) -> None:
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+        """Each sample takes 2 ms to produce, like decoding an image on the fly."""
+
+        def __init__(self, n: int) -> None:
+            self.x, self.y = batch(n)
+
+        def __len__(self) -> int:
+            return len(self.y)
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            time.sleep(0.002)
+            return self.x[i], self.y[i]
+
     spans: dict[str, tuple[float, float]] = {}
     ids: dict[str, int | None] = {}
     with ts.run("loaders", store=sqlite_url, interval=0.5) as run:
@@ -132,9 +144,12 @@ def test_input_bound_slow_moderate_and_fast_loaders(
     assert found["fast"] == [], found["fast"][0].message if found["fast"] else ""
 
 
+@pytest.mark.ml
 def test_memory_growth_steady_memory_and_evaluation_spikes(
     sqlite_url: str, db: Store, one_thread: None
 ) -> None:
+    import torch
+
     ids: dict[str, int | None] = {}
     loops: dict[str, tuple[float, float]] = {}
     with ts.run("memory", store=sqlite_url, interval=INTERVAL) as run:

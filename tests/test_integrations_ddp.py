@@ -172,6 +172,7 @@ def test_one_process_alone_is_an_ordinary_trial(
     assert states == [({"k": 1}, "completed", None), ({}, "failed", "RuntimeError: boom")]
 
 
+@pytest.mark.ml
 def test_a_rank_other_than_0_joins_as_a_replica(
     sqlite_url: str, db: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

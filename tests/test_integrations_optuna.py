@@ -9,17 +9,17 @@ import sys
 import time
 from typing import Any
 
-import optuna
 import pytest
 
 import tunescope.record as ts
-from tunescope.integrations.optuna import track
 from tunescope.store import open_store
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+pytestmark = pytest.mark.ml
 
 
 def _objective(trial: Any) -> float:
+    import optuna
+
     x = trial.suggest_float("x", -10.0, 10.0)
     k = trial.suggest_int("k", 1, 3)
     opt = trial.suggest_categorical("optimizer", ["adamw", "sgd"])
@@ -30,7 +30,9 @@ def _objective(trial: Any) -> float:
     return (x - 2) ** 2 + k + (opt == "sgd")
 
 
-def test_three_trials_one_pruned(sqlite_url: str) -> None:
+def test_three_trials_one_pruned(sqlite_url: str, optuna: Any) -> None:
+    from tunescope.integrations.optuna import track
+
     study = optuna.create_study(
         study_name="quadratic",
         sampler=optuna.samplers.RandomSampler(seed=0),
@@ -55,7 +57,9 @@ def test_three_trials_one_pruned(sqlite_url: str) -> None:
             assert values == ([] if theirs.value is None else [theirs.value])
 
 
-def test_failures_and_a_value_optuna_rejects_end_failed(sqlite_url: str) -> None:
+def test_failures_and_a_value_optuna_rejects_end_failed(sqlite_url: str, optuna: Any) -> None:
+    from tunescope.integrations.optuna import track
+
     def objective(trial: Any) -> float:
         trial.suggest_int("n", 0, 10)
         if trial.number == 0:
@@ -76,7 +80,9 @@ def test_failures_and_a_value_optuna_rejects_end_failed(sqlite_url: str) -> None
         assert [set(t.params) for t in trials] == [{"n", "optuna.direction"}] * 2
 
 
-def test_multi_objective_values_and_a_shared_run(sqlite_url: str) -> None:
+def test_multi_objective_values_and_a_shared_run(sqlite_url: str, optuna: Any) -> None:
+    from tunescope.integrations.optuna import track
+
     @track(run=None)
     def unused(trial: Any) -> float:  # the decorator form
         return 0.0
@@ -101,7 +107,9 @@ def test_multi_objective_values_and_a_shared_run(sqlite_url: str) -> None:
             assert got == pytest.approx(theirs.values)
 
 
-def test_the_sampler_watches_each_trial(sqlite_url: str) -> None:
+def test_the_sampler_watches_each_trial(sqlite_url: str, optuna: Any) -> None:
+    from tunescope.integrations.optuna import track
+
     def objective(trial: Any) -> float:
         trial.suggest_float("x", 0.0, 1.0)
         time.sleep(1.5)

@@ -10,17 +10,21 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
-from torch import nn
 
 import tunescope.record as ts
 from tunescope.store import Event, Store
 
-# Lightning 2.6's own pytree helper calls torch 2.13's deprecated LeafSpec(): not ours.
-pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
+if TYPE_CHECKING:
+    from torch import nn
+
+pytestmark = [
+    pytest.mark.ml,
+    # Lightning 2.6's own pytree helper calls torch 2.13's deprecated LeafSpec(): not ours.
+    pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning"),
+]
 
 SKIPPED = 3
 """The update (counted from 1) whose gradients are made infinite."""
@@ -40,6 +44,9 @@ def poison(model: nn.Module) -> None:
 
 
 def test_the_sdk_hook_skips_a_skipped_step(sqlite_url: str, db: Store) -> None:
+    import torch
+    from torch import nn
+
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -68,6 +75,9 @@ def test_the_sdk_hook_skips_a_skipped_step(sqlite_url: str, db: Store) -> None:
 
 
 def test_lightning_skips_a_skipped_global_step(sqlite_url: str, db: Store, tmp_path: Path) -> None:
+    import torch
+    from torch import nn
+
     pytest.importorskip("lightning", reason="needs `pip install .[lightning]`")
     import lightning.pytorch as pl
     from lightning.pytorch.plugins import MixedPrecision

@@ -153,6 +153,7 @@ def test_the_page_s_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---------------------------------------------------------------------------- MLflow
+@pytest.mark.ml
 def test_mlflow_gets_metrics_and_tags_in_the_active_run(
     known: tuple[str, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,6 +190,7 @@ def test_mlflow_gets_metrics_and_tags_in_the_active_run(
         mlflow.set_tracking_uri(None)
 
 
+@pytest.mark.ml
 def test_mlflow_without_an_active_run_logs_one_warning(
     known: tuple[str, int, int], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -232,6 +234,7 @@ def wandb_records(run_dir: str) -> list[Any]:
     return out
 
 
+@pytest.mark.ml
 def test_wandb_gets_the_summary_in_its_offline_run_files(
     known: tuple[str, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -261,6 +264,7 @@ def test_wandb_gets_the_summary_in_its_offline_run_files(
     assert "Findings: 1 high, 0 moderate, 0 low" in summary["tunescope/summary"]
 
 
+@pytest.mark.ml
 def test_wandb_without_a_run_logs_one_warning(
     known: tuple[str, int, int], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -295,6 +299,7 @@ def check_tb(acc: Any, step: int) -> str:
     return str(text.tensor_proto.string_val[0].decode())
 
 
+@pytest.mark.ml
 def test_tensorboard_into_a_log_dir(known: tuple[str, int, int], tmp_path: Path) -> None:
     from tunescope.integrations.tensorboard import log_summary
 
@@ -306,6 +311,7 @@ def test_tensorboard_into_a_log_dir(known: tuple[str, int, int], tmp_path: Path)
     assert f"{UI}/#/runs/{run_id}/resources?trial={trial_id}" in text
 
 
+@pytest.mark.ml
 def test_tensorboard_through_torch_s_summary_writer(
     known: tuple[str, int, int], tmp_path: Path
 ) -> None:
@@ -322,6 +328,7 @@ def test_tensorboard_through_torch_s_summary_writer(
     assert "| CPU Memory Usage | 28.50 GiB |" in check_tb(tb_read(tmp_path / "tb"), 7)
 
 
+@pytest.mark.ml
 def test_a_trial_of_the_sdk_is_summarised_once_its_data_landed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -345,6 +352,7 @@ def test_a_trial_of_the_sdk_is_summarised_once_its_data_landed(
 
 
 # ---------------------------------------------------------------------------- never raise
+@pytest.mark.ml
 def test_a_store_that_never_answered_logs_and_raises_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -362,6 +370,7 @@ def test_a_store_that_never_answered_logs_and_raises_nothing(
     assert not (tmp_path / "tb").exists()
 
 
+@pytest.mark.ml
 def test_a_tracker_that_fails_and_bad_input_raise_nothing(
     known: tuple[str, int, int], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 import tunescope.record as ts
 from fault_helpers import wait_for
@@ -29,9 +28,12 @@ def _warnings(caplog: pytest.LogCaptureFixture, needle: str) -> list[str]:
     ]
 
 
+@pytest.mark.ml
 def test_log_checkpoint_mark_round_trip(
     sqlite_url: str, db: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    import torch
+
     adapter = tmp_path / "adapter"
     (adapter / "sub").mkdir(parents=True)
     (adapter / "adapter_model.bin").write_bytes(b"x" * 1000)
@@ -195,9 +197,12 @@ class FlakyStore:
         return call
 
 
+@pytest.mark.ml
 def test_store_failure_mid_run_never_reaches_training(
     sqlite_url: str, db: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    import torch
+
     flaky: list[FlakyStore] = []
 
     def factory(url: str) -> Any:
@@ -306,11 +311,14 @@ def test_rejected_batch_is_set_aside_not_retried(
     assert len(aside) == 1 and refused[0].id.encode() in aside[0].read_bytes()
 
 
+@pytest.mark.ml
 def test_torch_cuda_memory_is_sampled_on_the_flusher(
     sqlite_url: str, db: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stand-in for CUDA (this machine has no GPU): the allocator stats of the devices the
     process uses become per-device series named by physical index."""
+    import torch
+
     stats = {
         1: {
             "allocated_bytes.all.current": 2 * 2**30,
@@ -366,6 +374,7 @@ def test_an_internal_failure_in_a_call_logs_once_and_returns(
     assert len(_warnings(caplog, "Trial.checkpoint failed")) == 1
 
 
+@pytest.mark.ml
 def test_hook_is_installed_once(sqlite_url: str) -> None:
     import torch.optim.optimizer as optmod
 

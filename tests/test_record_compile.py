@@ -20,8 +20,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from store_helpers import events_of
 from tunescope.store import Store
+
+pytestmark = pytest.mark.ml  # the child process imports torch
 
 CHILD = """
 import json, sys, warnings

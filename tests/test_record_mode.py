@@ -75,6 +75,7 @@ _TRAIN = textwrap.dedent(
 )
 
 
+@pytest.mark.ml
 def test_disabled_mode_runs_a_real_training_loop_unchanged_and_records_nothing(
     tmp_path: Path, spool: Path
 ) -> None:

@@ -51,6 +51,7 @@ CHILD = """
 """
 
 
+@pytest.mark.ml
 def test_a_child_process_joins_the_trial(sqlite_url: str, db: Store) -> None:
     import torch
 

@@ -5,24 +5,33 @@ a step the gradient scaler skips is no step."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-from torch import nn
 
 import tunescope.record as ts
 from store_helpers import events_of as _events
 from tunescope.store import Store
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
 
 def _step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    import torch
+
     loss = model(torch.randn(4, 3)).sum()
     opt.zero_grad()
     loss.backward()  # type: ignore[no-untyped-call]
     opt.step()
 
 
+@pytest.mark.ml
 def test_with_the_hook_off_only_explicit_steps_count(sqlite_url: str, db: Store) -> None:
+    import torch
+    from torch import nn
+
     model = nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with ts.run("steps", store=sqlite_url, sampler=False) as run, run.trial() as trial:
@@ -48,7 +57,11 @@ def test_with_the_hook_off_only_explicit_steps_count(sqlite_url: str, db: Store)
     assert db.list_series(trial.id, "train.throughput")
 
 
+@pytest.mark.ml
 def test_a_step_the_grad_scaler_skips_is_not_recorded(sqlite_url: str, db: Store) -> None:
+    import torch
+    from torch import nn
+
     model = nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
@@ -79,6 +92,7 @@ def test_params_evaluations_and_checkpoint_steps(sqlite_url: str, db: Store) -> 
     assert (ck.name, ck.step) == ("adapter", 40) and ck.data is not None and ck.data["bytes"] > 0
 
 
+@pytest.mark.ml
 def test_end_states(sqlite_url: str, db: Store) -> None:
     import optuna
 

@@ -9,31 +9,49 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
-from torch import nn
 
 import tunescope.record as ts
 from store_helpers import events_of as _events
 from tunescope.record import _state
 from tunescope.store import Store
 
-torch.manual_seed(0)
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+
+@pytest.fixture(scope="module", name="torch")
+def seeded_torch() -> Any:
+    """torch, imported by the tests that use it (not at collection), seeded once."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch
 
 
 def _model() -> nn.Module:
+    from torch import nn
+
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 
 
 def _batches(n: int, size: int = 16) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    import torch
+
     for _ in range(n):
         x = torch.randn(size, 8)
         yield x, x.sum(dim=1, keepdim=True)
 
 
-def test_every_optimizer_step_and_evaluation_is_recorded(sqlite_url: str, db: Store) -> None:
+@pytest.mark.ml
+def test_every_optimizer_step_and_evaluation_is_recorded(
+    sqlite_url: str, db: Store, torch: Any
+) -> None:
+    from torch import nn
+
     model = _model()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     steps = 0
@@ -73,7 +91,10 @@ def test_every_optimizer_step_and_evaluation_is_recorded(sqlite_url: str, db: St
     assert [s.value for s in db.scalars(trial.id, "epoch")] == [0.0, 1.0, 2.0]
 
 
-def test_two_optimizers_count_separately(sqlite_url: str, db: Store) -> None:
+@pytest.mark.ml
+def test_two_optimizers_count_separately(sqlite_url: str, db: Store, torch: Any) -> None:
+    from torch import nn
+
     gen, disc = _model(), _model()
     opt_g = torch.optim.SGD(gen.parameters(), lr=0.01)
     opt_d = torch.optim.AdamW(disc.parameters(), lr=0.01)
@@ -101,9 +122,12 @@ def test_two_optimizers_count_separately(sqlite_url: str, db: Store) -> None:
     }
 
 
+@pytest.mark.ml
 def test_gradient_accumulation_counts_optimizer_steps_not_micro_batches(
-    sqlite_url: str, db: Store
+    sqlite_url: str, db: Store, torch: Any
 ) -> None:
+    from torch import nn
+
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     accumulate = 4
@@ -121,7 +145,10 @@ def test_gradient_accumulation_counts_optimizer_steps_not_micro_batches(
     assert len(_events(db, trial.id, "data_wait")) == 40
 
 
-def test_steps_outside_a_trial_are_not_recorded(sqlite_url: str, db: Store) -> None:
+@pytest.mark.ml
+def test_steps_outside_a_trial_are_not_recorded(sqlite_url: str, db: Store, torch: Any) -> None:
+    from torch import nn
+
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with ts.run("outside", store=sqlite_url, sampler=False) as run:
@@ -142,7 +169,12 @@ def test_steps_outside_a_trial_are_not_recorded(sqlite_url: str, db: Store) -> N
     assert [e.step for e in _events(db, second.id, "optimizer_step")] == [1, 2, 3]
 
 
-def test_exception_marks_the_trial_failed_and_propagates(sqlite_url: str, db: Store) -> None:
+@pytest.mark.ml
+def test_exception_marks_the_trial_failed_and_propagates(
+    sqlite_url: str, db: Store, torch: Any
+) -> None:
+    from torch import nn
+
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with ts.run("boom", store=sqlite_url, sampler=False) as run:
@@ -184,7 +216,8 @@ def test_system_exit_zero_completes(sqlite_url: str, db: Store) -> None:
     assert (db.get_trial(bad.id).state, db.get_trial(bad.id).error) == ("failed", "SystemExit: 3")
 
 
-def test_the_hook_only_timestamps_and_appends(sqlite_url: str) -> None:
+@pytest.mark.ml
+def test_the_hook_only_timestamps_and_appends(sqlite_url: str, torch: Any) -> None:
     """The optimizer hook runs no Python function and exactly two C calls per step, the
     timestamp and the buffer's append: no lock, log call or store write can slip into the
     training loop (bench/bench_record.py measures what a step costs)."""
@@ -210,32 +243,34 @@ def test_the_hook_only_timestamps_and_appends(sqlite_url: str) -> None:
     assert calls == ["on_optimizer_step", "C time", "C append"] * 100
 
 
-class _Spy(torch.Tensor):
-    """A tensor that notes which thread reads it as a number (``float()`` or ``.item()``)."""
-
-    readers: list[str] = []  # noqa: RUF012 - shared on purpose
-    broken = False
-
-    @classmethod
-    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func in (torch.Tensor.__float__, torch.Tensor.item):
-            _Spy.readers.append(threading.current_thread().name)
-            if cls.broken:
-                raise RuntimeError("device lost")
-        return super().__torch_function__(func, types, args, kwargs or {})
-
-
-class _Broken(_Spy):
-    broken = True
-
-
+@pytest.mark.ml
 def test_log_of_a_tensor_is_read_off_the_training_thread(
-    sqlite_url: str, db: Store, caplog: pytest.LogCaptureFixture
+    sqlite_url: str, db: Store, caplog: pytest.LogCaptureFixture, torch: Any
 ) -> None:
     """``trial.log(loss=tensor)`` never reads the tensor in the caller's thread (on a GPU that
     read waits for the device): the flusher thread does, and stores the value the tensor had
     when it was logged, even if training changes it in place afterwards. A tensor that cannot
     be read is dropped with one warning, and the other scalars are kept."""
+
+    class _Spy(torch.Tensor):
+        """A tensor that notes which thread reads it as a number (``float()`` or ``.item()``)."""
+
+        readers: list[str] = []  # noqa: RUF012 - shared on purpose
+        broken = False
+
+        @classmethod
+        def __torch_function__(
+            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func in (torch.Tensor.__float__, torch.Tensor.item):
+                _Spy.readers.append(threading.current_thread().name)
+                if cls.broken:
+                    raise RuntimeError("device lost")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    class _Broken(_Spy):
+        broken = True
+
     _Spy.readers.clear()
     w = torch.tensor(1.25, requires_grad=True)
     with ts.run("lazy", store=sqlite_url, sampler=False) as run, run.trial() as trial:

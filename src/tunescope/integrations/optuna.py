@@ -67,7 +67,8 @@ def _last_reported(trial: optuna.Trial) -> float | None:
     running = trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for frozen in running:
         if frozen.number == trial.number and frozen.last_step is not None:
-            return frozen.intermediate_values[frozen.last_step]
+            value: float = frozen.intermediate_values[frozen.last_step]
+            return value
     return None
 
 

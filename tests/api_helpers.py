@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 from fastapi import FastAPI
 
-__all__ = ["request"]
+from tunescope.server import create_app, release_store
+
+__all__ = ["app_over", "request"]
+
+
+@contextmanager
+def app_over(store_url: str, **options: Any) -> Iterator[FastAPI]:
+    """The real app over ``store_url`` (``create_app``'s options), its store released after."""
+    application = create_app(store_url, **options)
+    try:
+        yield application
+    finally:
+        release_store(application.state.store)
 
 
 def request(

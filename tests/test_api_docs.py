@@ -14,6 +14,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from api_helpers import app_over
 from browser_helpers import ensure_built
 from tunescope import server
 from tunescope.server import create_app
@@ -24,11 +25,8 @@ API_MD = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 @pytest.fixture
 def app(store_file: str) -> Iterator[FastAPI]:
-    application = create_app(store_file)
-    try:
+    with app_over(store_file) as application:
         yield application
-    finally:
-        release_store(application.state.store)
 
 
 def _documented() -> set[tuple[str, str]]:
@@ -119,11 +117,8 @@ def _get(app: FastAPI, url: str) -> httpx.Response:
 def built_app(store_file: str) -> Iterator[FastAPI]:
     """The app over the package's built page (built now when missing or stale)."""
     ensure_built()
-    application = create_app(store_file)
-    try:
+    with app_over(store_file) as application:
         yield application
-    finally:
-        release_store(application.state.store)
 
 
 def test_api_docs_load_only_same_origin_files(built_app: FastAPI) -> None:

@@ -10,10 +10,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from api_helpers import request
+from api_helpers import app_over, request
 from tunescope.errors import StoreUnavailable
-from tunescope.server import create_app
-from tunescope.server._app import release_store
 from tunescope.store import open_store
 
 T0 = 1_700_000_000.0
@@ -30,11 +28,8 @@ def app(sqlite_url: str) -> Iterator[FastAPI]:
         trial = store.create_trial(run.id, start=T0)
         sid = store.series(trial.id, "gpu.mem", "0").id
         store.append_samples([(sid, T0 + i, 1.0) for i in range(10)])
-    application = create_app(sqlite_url)
-    try:
+    with app_over(sqlite_url) as application:
         yield application
-    finally:
-        release_store(application.state.store)
 
 
 def _assert_shape(r: httpx.Response, status: int, code: str) -> dict[str, Any]:

@@ -17,11 +17,11 @@ import pytest
 from fastapi import FastAPI
 from pydantic import TypeAdapter
 
+from api_helpers import app_over
 from tunescope import analyze
 from tunescope.analyze import findings_for_trial
-from tunescope.server import _queries, create_app
+from tunescope.server import _queries
 from tunescope.server import _schema as schema
-from tunescope.server._app import release_store
 from tunescope.store import Event, Store, open_store
 
 # The finished trials' times: a fixed second in the past. The running trial is placed
@@ -96,11 +96,8 @@ def data(sqlite_url: str) -> Data:
 
 @pytest.fixture
 def app(data: Data) -> Iterator[FastAPI]:
-    application = create_app(data.url)
-    try:
+    with app_over(data.url) as application:
         yield application
-    finally:
-        release_store(application.state.store)
 
 
 @pytest.fixture

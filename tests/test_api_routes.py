@@ -15,11 +15,10 @@ import pytest
 from fastapi import FastAPI
 from pydantic import TypeAdapter
 
-from api_helpers import request
+from api_helpers import app_over, request
 from store_helpers import damage_chunk
 from tunescope.metrics import CATALOG, GIB
 from tunescope.server import _schema as schema
-from tunescope.server import create_app
 from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
 
 # The finished trials' times: a fixed second in the past. The running and the lost trial
@@ -162,13 +161,8 @@ def data(sqlite_url: str) -> Iterator[Data]:
 
 @pytest.fixture
 def app(sqlite_url: str, data: Data) -> Iterator[FastAPI]:
-    from tunescope.server._app import release_store
-
-    application = create_app(sqlite_url)
-    try:
+    with app_over(sqlite_url) as application:
         yield application
-    finally:
-        release_store(application.state.store)
 
 
 def _expected_buckets(

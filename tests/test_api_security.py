@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from api_helpers import request
+from api_helpers import app_over, request
 from tunescope.server import create_app, serve
 from tunescope.server._app import release_store
 from tunescope.server._security import CSP
@@ -43,11 +43,8 @@ def site(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def app(store_file: str, site: Path) -> Iterator[FastAPI]:
-    application = create_app(store_file, static_dir=site)
-    try:
+    with app_over(store_file, static_dir=site) as application:
         yield application
-    finally:
-        release_store(application.state.store)
 
 
 def _app_with(store_file: str, site: Path, hosts: list[str]) -> FastAPI:

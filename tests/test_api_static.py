@@ -16,6 +16,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from api_helpers import app_over
 from tunescope.server import create_app
 from tunescope.server._app import release_store
 
@@ -47,11 +48,8 @@ def site(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def app(store_file: str, site: Path) -> Iterator[FastAPI]:
-    application = create_app(store_file, static_dir=site)
-    try:
+    with app_over(store_file, static_dir=site) as application:
         yield application
-    finally:
-        release_store(application.state.store)
 
 
 def test_index_and_files(app: FastAPI) -> None:

@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from api_helpers import request
+from api_helpers import app_over, request
 from tunescope import __version__
-from tunescope.server import create_app
-from tunescope.server._app import release_store
 from tunescope.server._openapi import document, main, render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,11 +25,8 @@ API_TS = ROOT / "web" / "src" / "api.ts"
 
 @pytest.fixture
 def app(store_file: str) -> Iterator[FastAPI]:
-    application = create_app(store_file)
-    try:
+    with app_over(store_file) as application:
         yield application
-    finally:
-        release_store(application.state.store)
 
 
 def test_the_committed_document_is_the_apps() -> None:

@@ -47,6 +47,7 @@ PUBLIC = {
         "SAMPLE_COLUMNS",
         "ExportRows",
         "export_rows",
+        "run_and_trials",
         "TRIAL_STATES",
         "Batch",
         "TrialSpec",

@@ -25,8 +25,8 @@ from tunescope.analyze._report_text import text
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType
 from tunescope.analyze._settings import EffectiveSettings, FindingSettings
 from tunescope.analyze._summary import sampler_gaps, summarize_trial
-from tunescope.errors import ConfigError, NotFound
-from tunescope.store import Store
+from tunescope.errors import ConfigError
+from tunescope.store import Store, run_and_trials
 
 __all__ = [
     "REPORT_FORMATS",
@@ -70,12 +70,7 @@ def build_report(
     unknown run or trial. ``settings``: the findings' thresholds (default: the defaults;
     ``tunescope report`` passes :func:`load_settings`'s)."""
     effective = EffectiveSettings.of(settings)
-    info = store.get_run(run)
-    trials = store.list_trials(info.id)
-    if trial is not None:
-        trials = [t for t in trials if t.name == trial]
-        if not trials:
-            raise NotFound(f"run {info.name!r} has no trial {trial!r}")
+    info, trials = run_and_trials(store, run, trial)
     out = []
     for t in trials:
         keys = tuple(k for k in SUMMARY_KEYS if store.list_series(t.id, k))

@@ -18,7 +18,14 @@ from tunescope.store._batch import (
     new_key,
 )
 from tunescope.store._contract import CHUNK_SAMPLES, LOST_AFTER_S, Store
-from tunescope.store._export import EVENT_COLUMNS, SAMPLE_COLUMNS, ExportRows, export_rows, load
+from tunescope.store._export import (
+    EVENT_COLUMNS,
+    SAMPLE_COLUMNS,
+    ExportRows,
+    export_rows,
+    load,
+    run_and_trials,
+)
 from tunescope.store._model import (
     EVENT_KINDS,
     TRIAL_STATES,
@@ -92,6 +99,7 @@ __all__ = [
     "redact",
     "replay",
     "resolve_url",
+    "run_and_trials",
     "spool_dir",
     "spool_root",
     "token_digest",

@@ -37,7 +37,11 @@ class ExportRows:
     events: list[list[Any]] = field(default_factory=list)
 
 
-def _select(st: Store, run: int | str, trial: str | None) -> tuple[RunInfo, list[TrialInfo]]:
+def run_and_trials(
+    st: Store, run: int | str, trial: str | None = None
+) -> tuple[RunInfo, list[TrialInfo]]:
+    """Run ``run`` (id or name) and its trials, or only its trial named ``trial``; NotFound
+    (naming the run) for an unknown run or trial. Exports and reports pick trials this way."""
     r = st.get_run(run)
     ts = st.list_trials(r.id)
     if trial is not None:
@@ -73,7 +77,7 @@ def export_rows(
     keys asked for or all; NotFound for an unknown run or trial, ConfigError for an unknown
     metric key."""
     keys = _metric_keys(metrics)
-    r, selected = _select(st, run, trial)
+    r, selected = run_and_trials(st, run, trial)
     t0 = r.start
     out = ExportRows()
     for t in selected:

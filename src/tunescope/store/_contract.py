@@ -67,7 +67,7 @@ _S = TypeVar("_S", bound="Store")
 _Summary = tuple[int, float, float, int, float, float, float]
 """A chunk's summary row: (chunk_id, t_first, t_last, n, min, max, sum)."""
 
-CHUNK_SAMPLES = 256
+CHUNK_SAMPLES = 1024
 """Samples per compressed chunk. Small enough that decoding the chunks a window's bucket
 edges cut through stays cheap; large enough that per-chunk overhead is a fraction of a byte
 per sample."""

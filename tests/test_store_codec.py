@@ -25,6 +25,7 @@ from tunescope.store._codec import (
     check_chunks,
     decode,
     decode_blocks,
+    decode_blocks_many,
     decode_many,
     encode,
     encode_blocks,
@@ -324,3 +325,22 @@ def test_gaps_over_24_days_split_chunks_and_every_sample_reads_back(store: Store
     assert np.array_equal(got_t, want_t) and np.array_equal(got_v, want_v)
     w = store.window(sid, ts[0], ts[-1], 10_000)
     assert w.samples is not None and [s[0] for s in w.samples] == want_t.tolist()
+
+
+def test_decode_blocks_many_equals_decode_blocks_one_by_one() -> None:
+    rng = np.random.default_rng(5)
+    chunks = []
+    for n in (CHUNK_SAMPLES, 70, CHUNK_SAMPLES, 70, 1, CHUNK_SAMPLES):
+        t0 = 1_700_000_000 + len(chunks) * 10_000
+        chunks.append(to_stored(t0 + np.arange(n) * 1.003, rng.normal(0, 1, n)))
+    blobs = [(encode_blocks if i % 3 else _v1_blocks)(ts, vs) for i, (ts, vs) in enumerate(chunks)]
+    blobs[2] = blobs[2][:-1]  # damaged: refused, the others still read
+    blobs[3] = bytes(len(blobs[3]))
+    rows = np.array([[ts[0], ts[-1], len(ts)] for ts, _ in chunks])
+    rec, owner, ok = decode_blocks_many(blobs, rows)
+    assert ok.tolist() == [True, True, False, False, True, True]
+    want = [
+        decode_blocks(blobs[i], len(chunks[i][0]), *chunks[i][0][[0, -1]]) for i in (0, 1, 4, 5)
+    ]
+    assert rec.tobytes() == np.concatenate(want).tobytes()
+    assert owner.tolist() == [i for i in (0, 1, 4, 5) for _ in range(-(-len(chunks[i][0]) // 32))]

@@ -57,6 +57,7 @@ __all__ = [
     "check_chunks",
     "decode",
     "decode_blocks",
+    "decode_blocks_many",
     "decode_many",
     "encode",
     "encode_blocks",
@@ -333,20 +334,57 @@ def encode_blocks(ts: F64, vs: F64) -> bytes:
     return _BLOCKS2_MARK + zlib.compress(raw, 9)
 
 
-def _blocks_v2(blob: bytes, blocks: int, t_first: float) -> npt.NDArray[np.void]:
-    size = blocks * _BLOCKS2_DTYPE.itemsize
-    data = memoryview(blob)[len(_BLOCKS2_MARK) :]
-    raw = _inflate(zlib.decompressobj(), data, size, f"{blocks} block summaries need")
-    b = np.frombuffer(raw, dtype=np.uint8).reshape(_BLOCKS2_DTYPE.itemsize, blocks)
-    rec2 = np.ascontiguousarray(b.T).view(_BLOCKS2_DTYPE).reshape(blocks)
+def _block_bytes(blob: bytes, n: int) -> tuple[int, bytes]:
+    """(version, raw records) of the blocks blob of a chunk of ``n`` samples: version 2's
+    decompressed,
+    byte-shuffled _BLOCKS2_DTYPE records, or version 1's BLOCK_DTYPE records as they are.
+    CorruptData for the wrong size or a bad stream."""
+    blocks = -(-n // BLOCK_SAMPLES)
+    if blob[: len(_BLOCKS2_MARK)] == _BLOCKS2_MARK:
+        size = blocks * _BLOCKS2_DTYPE.itemsize
+        data = memoryview(blob)[len(_BLOCKS2_MARK) :]
+        return 2, _inflate(zlib.decompressobj(), data, size, f"{blocks} block summaries need")
+    if len(blob) != blocks * BLOCK_DTYPE.itemsize:
+        raise CorruptData(
+            f"block summaries of {len(blob)} bytes, not the {blocks * BLOCK_DTYPE.itemsize} "
+            f"a chunk of {n} samples has"
+        )
+    return 1, blob
+
+
+def _block_records(version: int, raws: list[bytes], blocks: int, t_first: F64) -> Any:
+    """BLOCK_DTYPE records, shape (chunks, blocks), of chunks of one version and block count,
+    from their raw records (see _block_bytes) and first times, in one vectorised pass."""
+    m = len(raws)
+    joined = np.frombuffer(b"".join(raws), dtype=np.uint8)
+    if version == 1:
+        return joined.view(BLOCK_DTYPE).reshape(m, blocks)
+    size = _BLOCKS2_DTYPE.itemsize
+    shuffled = np.ascontiguousarray(joined.reshape(m, size, blocks).transpose(0, 2, 1))
+    rec2: Any = shuffled.view(_BLOCKS2_DTYPE).reshape(m, blocks)
     gap, span = rec2["gap"].view(np.int64), rec2["span"].view(np.int64)
-    last_ms = round(t_first * 1000.0) + np.cumsum(gap + span)
-    rec = np.empty(blocks, dtype=BLOCK_DTYPE)
+    last_ms = np.round(t_first * 1000.0).astype(np.int64)[:, None] + np.cumsum(gap + span, axis=1)
+    rec = np.empty((m, blocks), dtype=BLOCK_DTYPE)
     rec["t_first"] = (last_ms - span) / 1000.0
     rec["t_last"] = last_ms / 1000.0
     for f in ("n", "min", "max", "sum"):
         rec[f] = rec2[f]
     return rec
+
+
+def _blocks_agree(rec: Any, n: npt.NDArray[np.int64], t_first: F64, t_last: F64) -> Any:
+    """Per chunk (row of ``rec``): its blocks' counts add up to ``n``, each is 1 to
+    BLOCK_SAMPLES, they are in order, and they span the chunk's first to last time."""
+    lo, hi = rec["t_first"], rec["t_last"]
+    return (
+        (rec["n"].sum(axis=1, dtype=np.int64) == n)
+        & np.all((rec["n"] >= 1) & (rec["n"] <= BLOCK_SAMPLES), axis=1)
+        & np.all(lo <= hi, axis=1)
+        & np.all(lo[:, 1:] >= hi[:, :-1], axis=1)
+        & np.all(rec["min"] <= rec["max"], axis=1)
+        & (np.abs(lo[:, 0] - t_first) <= _HALF_MS)
+        & (np.abs(hi[:, -1] - t_last) <= _HALF_MS)
+    )
 
 
 def decode_many(blobs: list[bytes]) -> tuple[F64, F64, npt.NDArray[np.int64]]:
@@ -413,25 +451,37 @@ def decode_blocks(blob: bytes, n: int, t_first: float, t_last: float) -> npt.NDA
     not that: the wrong size, a bad zlib stream, block counts that do not add up to ``n``, or
     blocks out of order or outside the chunk's span."""
     blocks = -(-n // BLOCK_SAMPLES)
-    if blob[: len(_BLOCKS2_MARK)] == _BLOCKS2_MARK:
-        rec = _blocks_v2(blob, blocks, t_first)
-    elif len(blob) != blocks * BLOCK_DTYPE.itemsize:
-        raise CorruptData(
-            f"block summaries of {len(blob)} bytes, not the {blocks * BLOCK_DTYPE.itemsize} "
-            f"a chunk of {n} samples has"
-        )
-    else:
-        rec = np.frombuffer(blob, dtype=BLOCK_DTYPE)
-    lo, hi = rec["t_first"], rec["t_last"]
-    ok = (
-        int(rec["n"].sum(dtype=np.int64)) == n
-        and bool(np.all((rec["n"] >= 1) & (rec["n"] <= BLOCK_SAMPLES)))
-        and bool(np.all(lo <= hi))
-        and bool(np.all(lo[1:] >= hi[:-1]))
-        and bool(np.all(rec["min"] <= rec["max"]))
-        and abs(float(lo[0]) - t_first) <= _HALF_MS
-        and abs(float(hi[-1]) - t_last) <= _HALF_MS
-    )
-    if not ok:
+    version, raw = _block_bytes(blob, n)
+    rec = _block_records(version, [raw], blocks, np.array([t_first]))
+    if not _blocks_agree(rec, np.array([n]), np.array([t_first]), np.array([t_last]))[0]:
         raise CorruptData("block summaries do not match their chunk (counts, order or span)")
-    return rec
+    return np.asarray(rec[0])
+
+
+def decode_blocks_many(blobs: list[bytes], rows: F64) -> tuple[npt.NDArray[np.void], Any, Any]:
+    """The block summaries of several chunks at once, ``rows`` holding each one's (t_first,
+    t_last, n): (their BLOCK_DTYPE records concatenated in order, the row each record belongs
+    to, which rows decoded). A row whose blob :func:`decode_blocks` would refuse has no
+    records and False. Chunks of one version and block count go in one vectorised pass."""
+    n = rows[:, 2].astype(np.int64)
+    blocks = -(-n // BLOCK_SAMPLES)
+    ok = np.zeros(len(blobs), dtype=bool)
+    groups: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+    for i, blob in enumerate(blobs):
+        try:
+            version, raw = _block_bytes(blob, int(n[i]))
+        except CorruptData:
+            continue
+        groups.setdefault((version, int(blocks[i])), []).append((i, raw))
+    parts, owners = [], []
+    for (version, k), members in groups.items():
+        idx = np.array([i for i, _ in members])
+        rec = _block_records(version, [r for _, r in members], k, rows[idx, 0])
+        good = _blocks_agree(rec, n[idx], rows[idx, 0], rows[idx, 1])
+        ok[idx[good]] = True
+        parts.append(rec[good].reshape(-1))
+        owners.append(np.repeat(idx[good], k))
+    if not parts:
+        return np.empty(0, dtype=BLOCK_DTYPE), np.empty(0, dtype=np.int64), ok
+    order = np.argsort(np.concatenate(owners), kind="stable")
+    return np.concatenate(parts)[order], np.concatenate(owners)[order], ok

@@ -47,7 +47,7 @@ import numpy as np
 
 from tunescope.errors import CorruptData
 from tunescope.store._batch import Batch
-from tunescope.store._codec import F64, check_chunks, decode, decode_blocks, decode_many
+from tunescope.store._codec import F64, check_chunks, decode, decode_blocks_many, decode_many
 from tunescope.store._model import (
     Bucket,
     Event,
@@ -67,7 +67,7 @@ _S = TypeVar("_S", bound="Store")
 _Summary = tuple[int, float, float, int, float, float, float]
 """A chunk's summary row: (chunk_id, t_first, t_last, n, min, max, sum)."""
 
-CHUNK_SAMPLES = 1024
+CHUNK_SAMPLES = 512
 """Samples per compressed chunk. Small enough that decoding the chunks a window's bucket
 edges cut through stays cheap; large enough that per-chunk overhead is a fraction of a byte
 per sample."""
@@ -402,28 +402,23 @@ class Store(abc.ABC):
             to_decode = [summ[i] for i in np.flatnonzero(~inside | (~whole & ~finer))]
             finer_rows = [summ[i] for i in np.flatnonzero(finer)]
             if finer_rows:
-                blocks = self._chunk_blobs([r[0] for r in finer_rows], "blocks")
-                good = []
-                for r in finer_rows:
-                    try:
-                        rec = decode_blocks(blocks[r[0]], r[3], r[1], r[2])
-                    except CorruptData:
-                        to_decode.append(r)
-                        continue
-                    if bool(np.all(rec["t_last"] - rec["t_first"] <= width)):
-                        good.append(rec)
-                    else:
-                        to_decode.append(r)
-                if good:
-                    b = np.concatenate(good)
-                    parts.items(
-                        b["t_first"],
-                        b["t_last"],
-                        b["n"].astype(np.float64),
-                        b["min"].astype(np.float64),
-                        b["max"].astype(np.float64),
-                        b["sum"],
-                    )
+                blobs = self._chunk_blobs([r[0] for r in finer_rows], "blocks")
+                rows = np.asarray([(r[1], r[2], r[3]) for r in finer_rows], dtype=np.float64)
+                b, owner, ok = decode_blocks_many([blobs[r[0]] for r in finer_rows], rows)
+                wide = np.bincount(
+                    owner, weights=b["t_last"] - b["t_first"] > width, minlength=len(rows)
+                )
+                use = ok & (wide == 0)
+                to_decode.extend(finer_rows[i] for i in np.flatnonzero(~use))
+                b = b[use[owner]]
+                parts.items(
+                    b["t_first"],
+                    b["t_last"],
+                    b["n"].astype(np.float64),
+                    b["min"].astype(np.float64),
+                    b["max"].astype(np.float64),
+                    b["sum"],
+                )
             if to_decode:
                 ts, vs, bad = self._decode_chunks(to_decode)
                 keep = (ts >= start) & (ts <= end)

@@ -50,7 +50,9 @@ def nvml_uuids(nvml: Any = None) -> list[str]:
     One init/shutdown of NVML per call: the SDK calls it once per process."""
     try:
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         nvml.nvmlInit()
     except Exception:
         return []

@@ -198,7 +198,7 @@ class NvmlBackend:
         error, or when the function does not exist, log once per function name (``label``
         when given) and return ``default``. A call the driver or pynvml lacks is remembered
         in ``_absent`` (see :meth:`_either`)."""
-        name = label or (fn if isinstance(fn, str) else getattr(fn, "__name__", repr(fn)))
+        name = label or (fn if isinstance(fn, str) else str(getattr(fn, "__name__", repr(fn))))
         func = getattr(self._nvml, fn, None) if isinstance(fn, str) else fn
         if func is None:
             self._absent.add(name)

@@ -394,3 +394,15 @@ def test_host_pids_from_nvml_attribute_to_a_trial_in_its_own_pid_namespace(
     got = by_key(probe.sample(trial))
     assert got[("gpu.mem", "0")] == (4.0 * GIB, None)
     assert probe.selected == {0} and not probe.foreign_namespace
+
+
+def test_a_missing_newer_call_says_which_older_one_is_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER_NAME)
+    driver(monkeypatch, [Device()], missing={"nvmlDeviceGetTemperatureV"})
+    b = NvmlBackend(Once(LOGGER_NAME))
+    for _ in range(3):
+        b.read(0)
+    said = mine(caplog, "nvmlDeviceGetTemperatureV")
+    assert len(said) == 1 and "nvmlDeviceGetTemperature is used instead" in said[0]

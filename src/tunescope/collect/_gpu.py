@@ -3,8 +3,11 @@
 Every call into the NVIDIA driver goes through one gateway, :meth:`NvmlBackend._query`: it
 initialises NVML lazily (once), returns a default when a call fails or the function does not
 exist in the installed ``pynvml``, and logs each failing function once, never per sample.
-``pynvml`` is imported only when a backend is opened, so ``import tunescope.collect`` stays
-cheap.
+Where the driver or the installed ``pynvml`` lacks a newer call (memory info v2,
+``nvmlDeviceGetTemperatureV``, ``nvmlDeviceGetCurrentClocksEventReasons``), the older one is
+used from then on (:meth:`NvmlBackend._either`); the process-record size pynvml reads is
+checked against the driver's once (:func:`expected_process_record_size`). ``pynvml`` is
+imported only when a backend is opened, so ``import tunescope.collect`` stays cheap.
 
 Which backend: ``$TUNESCOPE_GPU_REPLAY`` (a recording's path or a builtin fixture name) selects
 the replay backend (:mod:`tunescope.collect._replay`); otherwise NVML. No ``pynvml``, no driver
@@ -192,20 +195,23 @@ class NvmlBackend:
         *args: Any,
         default: Any = None,
         label: str | None = None,
+        instead: str | None = None,
         **kwargs: Any,
     ) -> Any:
         """Call ``fn`` (a ``pynvml`` function or its name) with ``args`` / ``kwargs``; on any
         error, or when the function does not exist, log once per function name (``label``
         when given) and return ``default``. A call the driver or pynvml lacks is remembered
-        in ``_absent`` (see :meth:`_either`)."""
+        in ``_absent`` (see :meth:`_either`, which names the call used ``instead``)."""
+        left_out = f"{instead} is used instead" if instead else "that reading is left out"
         name = label or (fn if isinstance(fn, str) else str(getattr(fn, "__name__", repr(fn))))
         func = getattr(self._nvml, fn, None) if isinstance(fn, str) else fn
         if func is None:
             self._absent.add(name)
             self._log(
                 "nvml-missing:" + name,
-                "pynvml has no %s (update nvidia-ml-py); that reading is left out",
+                "pynvml has no %s (update nvidia-ml-py); %s",
                 name,
+                left_out,
                 level=logging.INFO,
             )
             return default
@@ -217,9 +223,10 @@ class NvmlBackend:
                 self._absent.add(name)
             self._log(
                 "nvml:" + name,
-                "NVML %s failed (%s); that reading is left out",
+                "NVML %s failed (%s); %s",
                 name,
                 _describe(exc),
+                left_out,
                 level=logging.INFO if kind in _QUIET_ERRORS else logging.WARNING,
             )
             return default
@@ -236,7 +243,7 @@ class NvmlBackend:
         lacks it (then ``then(*args)``, the older one, from that sample on)."""
         label = first_label or first
         if label not in self._absent:
-            got = self._query(first, *args, label=label, **first_kwargs)
+            got = self._query(first, *args, label=label, instead=then, **first_kwargs)
             if got is not None or label not in self._absent:
                 return got
         return self._query(then, *args)
@@ -323,7 +330,11 @@ class NvmlBackend:
             return None
         last = self._util_ts.get(index)
         got = self._query(
-            "nvmlDeviceGetSamples", h, getattr(nv, "NVML_GPU_UTILIZATION_SAMPLES", 1), last or 0
+            "nvmlDeviceGetSamples",
+            h,
+            getattr(nv, "NVML_GPU_UTILIZATION_SAMPLES", 1),
+            last or 0,
+            instead="the plain rate (nvmlDeviceGetUtilizationRates)",
         )
         if got is None:
             return None

@@ -66,8 +66,8 @@ TORCH_TB = (
     "recommends num_workers when DataLoader time > 5% of step time)"
 )
 DCGM_SM = (
-    "NVIDIA DCGM profiling metrics, SM Activity (DCGM_FI_PROF_SM_ACTIVE): "
-    "'a value less than 0.5 likely indicates ineffective GPU usage'"
+    "NVIDIA DCGM profiling metrics, SM Activity (DCGM_FI_PROF_SM_ACTIVE, a 0-1 ratio): "
+    "'a value less than 0.5 likely indicates ineffective GPU usage' (0.5 = 50%)"
 )
 SM_CPU = (
     "Amazon SageMaker Debugger rule CPUBottleneck "

@@ -3,8 +3,11 @@
 Every call into the NVIDIA driver goes through one gateway, :meth:`NvmlBackend._query`: it
 initialises NVML lazily (once), returns a default when a call fails or the function does not
 exist in the installed ``pynvml``, and logs each failing function once, never per sample.
-``pynvml`` is imported only when a backend is opened, so ``import tunescope.collect`` stays
-cheap.
+Where the driver or the installed ``pynvml`` lacks a newer call (memory info v2,
+``nvmlDeviceGetTemperatureV``, ``nvmlDeviceGetCurrentClocksEventReasons``), the older one is
+used from then on (:meth:`NvmlBackend._either`); the process-record size pynvml reads is
+checked against the driver's once (:func:`expected_process_record_size`). ``pynvml`` is
+imported only when a backend is opened, so ``import tunescope.collect`` stays cheap.
 
 Which backend: ``$TUNESCOPE_GPU_REPLAY`` (a recording's path or a builtin fixture name) selects
 the replay backend (:mod:`tunescope.collect._replay`); otherwise NVML. No ``pynvml``, no driver
@@ -13,8 +16,10 @@ or no GPU: :func:`open_gpu_backend` returns None after one log line and GPU metr
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,10 +36,44 @@ __all__ = [
     "GpuInfo",
     "GpuReading",
     "NvmlBackend",
+    "expected_process_record_size",
     "open_gpu_backend",
 ]
 
 REPLAY_ENV = "TUNESCOPE_GPU_REPLAY"
+
+GPM_MIN_GAP = 0.15
+"""Seconds: a GPM sample younger than this is not paired with a new one (NVML's GPM metrics
+are defined for samples at least 100 ms apart; the final sample may come sooner)."""
+
+# Failures that mean "this driver / pynvml does not have that call": the backend then uses
+# the older call in its place, every sample.
+_ABSENT_ERRORS = frozenset(
+    {
+        "NVMLError_FunctionNotFound",
+        "NVMLError_NotSupported",
+        "NVMLError_ArgumentVersionMismatch",
+        "TypeError",  # an older pynvml without the keyword (``version=``)
+    }
+)
+_QUIET_ERRORS = _ABSENT_ERRORS | {"NVMLError_NotFound"}
+
+
+def expected_process_record_size(driver_version: str) -> int | None:
+    """Bytes of one process record (``nvmlProcessInfo_t``) the driver ``driver_version``
+    (``nvmlSystemGetDriverVersion``, e.g. ``"550.54.15"``) writes; None when unparsable.
+
+    24 (pid, usedGpuMemory, gpuInstanceId, computeInstanceId) on every driver but the first
+    R535 releases (before 535.86), which appended usedGpuCcProtectedMemory (32). A pynvml
+    whose struct differs (nvidia-ml-py 12.535.77 on a current driver) reads every record
+    after the first at the wrong offset.
+    """
+    parts = driver_version.strip().split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+    return 32 if major == 535 and minor < 86 else 24
 
 
 @dataclass(frozen=True)
@@ -115,9 +154,17 @@ class NvmlBackend:
     cannot be initialised (no driver, no GPU); after that, no method raises.
     """
 
-    def __init__(self, log: Once | None = None, *, nvml: Any = None, init: bool = True) -> None:
+    def __init__(
+        self,
+        log: Once | None = None,
+        *,
+        nvml: Any = None,
+        init: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         """``nvml``: the ``pynvml`` module to call (default: import it); ``init=False``
-        skips ``nvmlInit`` (tests of the gateway's error path)."""
+        skips ``nvmlInit`` (tests of the gateway's error path); ``clock``: monotonic
+        seconds, for the GPM spacing (tests)."""
         self._log = log or Once(LOGGER_NAME)
         if nvml is None:
             try:
@@ -135,34 +182,85 @@ class NvmlBackend:
         self._handles: dict[int, Any] = {}
         self._gpm_prev: dict[int, Any] = {}
         self._gpm_spare: dict[int, Any] = {}
+        self._clock = clock or time.monotonic
+        self._gpm_at: dict[int, float] = {}
+        self._absent: set[str] = set()
+        self._util_ts: dict[int, int] = {}
+        self._records_ok: bool | None = None
 
     # ------------------------------------------------------------------ the gateway
-    def _query(self, fn: str | Callable[..., Any], *args: Any, default: Any = None) -> Any:
-        """Call ``fn`` (a ``pynvml`` function or its name) with ``args``; on any error, or
-        when the function does not exist, log once per function name and return
-        ``default``."""
-        name = fn if isinstance(fn, str) else getattr(fn, "__name__", repr(fn))
+    def _query(
+        self,
+        fn: str | Callable[..., Any],
+        *args: Any,
+        default: Any = None,
+        label: str | None = None,
+        instead: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``fn`` (a ``pynvml`` function or its name) with ``args`` / ``kwargs``; on any
+        error, or when the function does not exist, log once per function name (``label``
+        when given) and return ``default``. A call the driver or pynvml lacks is remembered
+        in ``_absent`` (see :meth:`_either`, which names the call used ``instead``)."""
+        left_out = f"{instead} is used instead" if instead else "that reading is left out"
+        name = label or (fn if isinstance(fn, str) else str(getattr(fn, "__name__", repr(fn))))
         func = getattr(self._nvml, fn, None) if isinstance(fn, str) else fn
         if func is None:
+            self._absent.add(name)
             self._log(
                 "nvml-missing:" + name,
-                "pynvml has no %s (update nvidia-ml-py); that reading is left out",
+                "pynvml has no %s (update nvidia-ml-py); %s",
                 name,
+                left_out,
                 level=logging.INFO,
             )
             return default
         try:
-            return func(*args)
+            return func(*args, **kwargs)
         except Exception as exc:
-            not_supported = type(exc).__name__ == "NVMLError_NotSupported"
+            kind = type(exc).__name__
+            if kind in _ABSENT_ERRORS:
+                self._absent.add(name)
             self._log(
                 "nvml:" + name,
-                "NVML %s failed (%s); that reading is left out",
+                "NVML %s failed (%s); %s",
                 name,
                 _describe(exc),
-                level=logging.INFO if not_supported else logging.WARNING,
+                left_out,
+                level=logging.INFO if kind in _QUIET_ERRORS else logging.WARNING,
             )
             return default
+
+    def _either(
+        self,
+        first: str,
+        then: str,
+        *args: Any,
+        first_label: str | None = None,
+        **first_kwargs: Any,
+    ) -> Any:
+        """``first(*args, **first_kwargs)``, the newer call, unless the driver or pynvml
+        lacks it (then ``then(*args)``, the older one, from that sample on)."""
+        label = first_label or first
+        if label not in self._absent:
+            got = self._query(first, *args, label=label, instead=then, **first_kwargs)
+            if got is not None or label not in self._absent:
+                return got
+        return self._query(then, *args)
+
+    def _memory(self, h: Any) -> Any:
+        """Memory info v2 (``used`` without the driver-reserved memory, as nvidia-smi
+        shows it); v1 (reserved counted as used) where v2 is missing."""
+        v2 = getattr(self._nvml, "nvmlMemory_v2", None)
+        if v2 is None:
+            self._absent.add("nvmlDeviceGetMemoryInfo_v2")
+        return self._either(
+            "nvmlDeviceGetMemoryInfo",
+            "nvmlDeviceGetMemoryInfo",
+            h,
+            first_label="nvmlDeviceGetMemoryInfo_v2",
+            version=v2,
+        )
 
     def _handle(self, index: int) -> Any:
         h = self._handles.get(index)
@@ -180,7 +278,7 @@ class NvmlBackend:
         h = self._handle(index)
         name = _text(self._query("nvmlDeviceGetName", h, default=f"GPU {index}"))
         uuid = _text(self._query("nvmlDeviceGetUUID", h, default=""))
-        mem = self._query("nvmlDeviceGetMemoryInfo", h)
+        mem = self._memory(h)
         limit_mw = self._query("nvmlDeviceGetEnforcedPowerLimit", h)
         support = self._query("nvmlGpmQueryDeviceSupport", h)
         return GpuInfo(
@@ -196,19 +294,24 @@ class NvmlBackend:
         h = self._handle(index)
         nv = self._nvml
         util = self._query("nvmlDeviceGetUtilizationRates", h)
-        mem = self._query("nvmlDeviceGetMemoryInfo", h)
+        busy = self._util_average(index, h)
+        mem = self._memory(h)
         power_mw = self._query("nvmlDeviceGetPowerUsage", h)
-        temp = self._query("nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
-        clock = self._query("nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
-        reasons_fn = (
-            "nvmlDeviceGetCurrentClocksEventReasons"
-            if hasattr(nv, "nvmlDeviceGetCurrentClocksEventReasons")
-            else "nvmlDeviceGetCurrentClocksThrottleReasons"
+        temp = self._either(
+            "nvmlDeviceGetTemperatureV",
+            "nvmlDeviceGetTemperature",
+            h,
+            getattr(nv, "NVML_TEMPERATURE_GPU", 0),
         )
-        throttle = self._query(reasons_fn, h)
+        clock = self._query("nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+        throttle = self._either(
+            "nvmlDeviceGetCurrentClocksEventReasons",  # R535 and newer
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+            h,
+        )
         energy = self._query("nvmlDeviceGetTotalEnergyConsumption", h)
         return GpuReading(
-            util=_num(getattr(util, "gpu", None)),
+            util=busy if busy is not None else _num(getattr(util, "gpu", None)),
             mem_bw_util=_num(getattr(util, "memory", None)),
             mem_used=_num(getattr(mem, "used", None)),
             power=power_mw / 1000.0 if power_mw is not None else None,
@@ -218,12 +321,66 @@ class NvmlBackend:
             energy_mj=_num(energy),
         )
 
+    def _util_average(self, index: int, h: Any) -> float | None:
+        """Mean of the driver's GPU-utilization samples taken since the previous read
+        (``nvmlDeviceGetSamples``); None at the first read, when no sample is new, or where
+        the driver keeps none (the caller then takes the plain rate, the driver's window)."""
+        nv = self._nvml
+        if "nvmlDeviceGetSamples" in self._absent:
+            return None
+        last = self._util_ts.get(index)
+        got = self._query(
+            "nvmlDeviceGetSamples",
+            h,
+            getattr(nv, "NVML_GPU_UTILIZATION_SAMPLES", 1),
+            last or 0,
+            instead="the plain rate (nvmlDeviceGetUtilizationRates)",
+        )
+        if got is None:
+            return None
+        vtype, samples = got
+        fresh = [s for s in samples if last is None or int(s.timeStamp) > last]
+        if not fresh:
+            return None
+        self._util_ts[index] = max(int(s.timeStamp) for s in fresh)
+        if last is None:
+            return None  # the buffer's whole history: no interval of ours yet
+        values = [v for v in (_sample_value(vtype, s) for s in fresh) if v is not None]
+        return sum(values) / len(values) if values else None
+
+    def _process_records_ok(self) -> bool:
+        """Whether pynvml's process record has the size this driver writes (checked once;
+        said once when not): else every record after the first would be read wrong."""
+        if self._records_ok is None:
+            nv = self._nvml
+            struct = getattr(nv, "c_nvmlProcessInfo_v3_t", None) or getattr(
+                nv, "c_nvmlProcessInfo_t", None
+            )
+            driver = self._query("nvmlSystemGetDriverVersion")
+            want = expected_process_record_size(_text(driver)) if driver is not None else None
+            have = ctypes.sizeof(struct) if struct is not None else None
+            self._records_ok = want is None or have is None or want == have
+            if not self._records_ok:
+                self._log(
+                    "nvml-process-record",
+                    "pynvml reads GPU process records of %s bytes, driver %s writes %s "
+                    "(install nvidia-ml-py>=12.535.108): per-process GPU memory is unknown",
+                    have,
+                    _text(driver),
+                    want,
+                )
+        return self._records_ok
+
     def processes(self, index: int) -> list[tuple[int, float | None]] | None:
         h = self._handle(index)
-        compute = self._query("nvmlDeviceGetComputeRunningProcesses", h)
-        graphics = self._query("nvmlDeviceGetGraphicsRunningProcesses", h)
-        if compute is None and graphics is None:
+        if not self._process_records_ok():
             return None
+        compute = self._query("nvmlDeviceGetComputeRunningProcesses", h)
+        if compute is None:  # a failed query is "unknown", never "no process"
+            return None
+        # Graphics contexts are not what training holds: a failed graphics query leaves
+        # the compute list standing.
+        graphics = self._query("nvmlDeviceGetGraphicsRunningProcesses", h)
         used: dict[int, float | None] = {}
         for p in (compute or []) + (graphics or []):
             pid = int(p.pid)
@@ -241,10 +398,14 @@ class NvmlBackend:
             if sample is None:
                 return None
             self._gpm_spare[index] = sample
+        prev = self._gpm_prev.get(index)
+        now = self._clock()
+        if prev is not None and now - self._gpm_at.get(index, now) < GPM_MIN_GAP:
+            return None  # too close to the previous sample for GPM's contract: skip
         cur = self._gpm_spare[index]
         if self._query("nvmlGpmSampleGet", h, cur) is None:
             return None
-        prev = self._gpm_prev.get(index)
+        self._gpm_at[index] = now
         self._gpm_prev[index] = cur
         if prev is None:
             spare = self._query("nvmlGpmSampleAlloc")
@@ -288,6 +449,17 @@ class NvmlBackend:
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_SAMPLE_FIELDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _sample_value(value_type: int, sample: Any) -> float | None:
+    """The number in a ``c_nvmlSample_t`` of NVML value type ``value_type``."""
+    try:
+        return float(getattr(sample.sampleValue, _SAMPLE_FIELDS[int(value_type)]))
+    except (IndexError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def _text(v: Any) -> str:

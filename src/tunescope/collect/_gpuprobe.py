@@ -5,9 +5,20 @@ list; once seen, a GPU stays selected for the rest of the trial. Where the drive
 processes, the GPUs named by the root process's ``CUDA_VISIBLE_DEVICES`` (read from
 ``/proc/PID/environ``; indices or UUID prefixes), else all GPUs.
 
-Containers: NVML reports pids of the host's pid namespace. When processes are listed but none
-of them exists here and no trial pid was ever matched, the pids are taken to be from another
-namespace: per-process information is treated as unavailable from then on (logged once).
+Containers: NVML reports pids of the host's pid namespace. A listed pid that is not a trial pid
+but lives in a nested pid namespace (``NSpid`` in ``/proc/PID/status``: the first entry is its
+pid where this ``/proc`` was mounted, the last its pid in its innermost namespace) is read as
+that innermost pid when that is a trial pid: a sampler that sees the host's pids attributes
+GPU memory to a trial whose pids are those inside its container. (When several namespaces'
+processes would match, only the sampler's own namespace is taken; when that does not decide,
+no pid is translated.) When processes are listed but none of them exists here (a process
+counts as existing when ``/proc/PID`` is there or ``kill(pid, 0)`` answers anything but "no such
+process": with ``hidepid=2`` other users' pids are hidden, not gone) and no trial pid was ever
+matched, the pids are taken to be from another namespace: per-process information is treated
+as unavailable from then on (logged once).
+
+A failed process query after the driver has listed a GPU's processes before is "unknown":
+that sample has no ``gpu.mem`` for it (never 0, never the device-wide value).
 
 Emitted per selected GPU (device = the NVML index as a string), base units:
 ``gpu.util`` %, ``gpu.mem_bw.util`` %, ``gpu.mem`` bytes (the trial's processes; the device's
@@ -19,14 +30,24 @@ sample, and where GPM works ``gpu.sm_active``, ``gpu.tensor_active``, ``gpu.dram
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from pathlib import Path
 
+from tunescope._gpuid import cuda_to_nvml
 from tunescope._once import Once
 from tunescope.collect._gpu import GpuBackend, GpuInfo, GpuReading
 from tunescope.collect._once import LOGGER_NAME
 
-__all__ = ["DEVICE_WIDE_NOTE", "GPU_METRICS", "GpuProbe", "GpuValue", "parse_visible_devices"]
+__all__ = [
+    "DEVICE_WIDE_NOTE",
+    "GPU_METRICS",
+    "GpuProbe",
+    "GpuValue",
+    "cuda_to_nvml",
+    "parse_visible_devices",
+]
 
 DEVICE_WIDE_NOTE = "device-wide: per-process memory unavailable"
 
@@ -79,6 +100,28 @@ def parse_visible_devices(value: str | None, infos: list[GpuInfo]) -> set[int] |
     return chosen
 
 
+def _nspid(proc: Path, pid: int) -> list[int] | None:
+    """The ``NSpid`` entries of ``pid`` (outermost first), None when unreadable."""
+    try:
+        text = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            try:
+                return [int(x) for x in line.split()[1:]]
+            except ValueError:
+                return None
+    return None
+
+
+def _pid_namespace(proc: Path, pid: int | str) -> str | None:
+    try:
+        return os.readlink(proc / str(pid) / "ns" / "pid")
+    except OSError:
+        return None
+
+
 def _environ_var(pid: int, name: str, proc: Path) -> tuple[bool, str | None]:
     """(readable, value) of an environment variable of ``pid`` as it was at exec time."""
     try:
@@ -127,9 +170,56 @@ class GpuProbe:
         self._matched = False
         self._energy0: dict[int, float] = {}
         self._first = True
+        self._listed_before: set[int] = set()
+        self._nested: dict[int, tuple[int, str | None] | None] = {}
 
     def _exists(self, pid: int) -> bool:
-        return pid > 0 and (self._proc / str(pid)).exists()
+        if pid <= 0:
+            return False
+        if (self._proc / str(pid)).exists():
+            return True
+        try:
+            os.kill(pid, 0)
+        except OSError as exc:
+            return exc.errno != errno.ESRCH  # EPERM: it exists, /proc hides it (hidepid)
+        return True
+
+    def _translate(
+        self, procs: dict[int, list[tuple[int, float | None]] | None], trial: set[int]
+    ) -> dict[int, list[tuple[int, float | None]] | None]:
+        """``procs`` with host pids of processes in a nested pid namespace read as their
+        innermost pid where that is a trial pid (module doc)."""
+        listed = {pid for ps in procs.values() if ps for pid, _ in ps}
+        for gone in set(self._nested) - listed:
+            del self._nested[gone]
+        found: dict[int, tuple[int, str | None]] = {}
+        for pid in listed - trial:
+            if pid not in self._nested:
+                ns = _nspid(self._proc, pid) if pid > 0 else None
+                self._nested[pid] = (
+                    (ns[-1], _pid_namespace(self._proc, pid)) if ns and len(ns) > 1 else None
+                )
+            nested = self._nested[pid]
+            if nested is not None and nested[0] in trial:
+                found[pid] = nested
+        if not found:
+            return procs
+        spaces = {space for _, space in found.values()}
+        if len(spaces) > 1:
+            own = _pid_namespace(Path("/proc"), "self")
+            if own not in spaces:
+                self._log(
+                    "gpu-pid-ambiguous",
+                    "GPU processes of several pid namespaces match the trial's pids; "
+                    "they are not attributed",
+                    level=logging.INFO,
+                )
+                return procs
+            found = {p: v for p, v in found.items() if v[1] == own}
+        return {
+            i: None if ps is None else [(found[p][0] if p in found else p, u) for p, u in ps]
+            for i, ps in procs.items()
+        }
 
     def _check_namespace(
         self, procs: dict[int, list[tuple[int, float | None]] | None], trial: set[int]
@@ -159,12 +249,19 @@ class GpuProbe:
 
     def _sample(self, trial_pids: set[int]) -> list[GpuValue]:
         b = self.backend
-        procs = {i.index: b.processes(i.index) for i in self.infos}
+        procs = self._translate({i.index: b.processes(i.index) for i in self.infos}, trial_pids)
         self._check_namespace(procs, trial_pids)
         per_process: dict[int, bool] = {}
+        unknown: set[int] = set()
         for info in self.infos:
             i = info.index
             listed = procs[i]
+            if listed is not None:
+                self._listed_before.add(i)
+            elif i in self._listed_before and not self.foreign_namespace:
+                unknown.add(i)  # a failed query: this sample says nothing of its processes
+                per_process[i] = False
+                continue
             per_process[i] = listed is not None and not self.foreign_namespace
             if per_process[i]:
                 if listed and any(pid in trial_pids for pid, _ in listed):
@@ -186,7 +283,10 @@ class GpuProbe:
                 self._energy0[i] = r.energy_mj
             if i not in self.selected or r is None:
                 continue
-            out.extend(self._values(info, r, procs[i] if per_process[i] else None, trial_pids))
+            values = self._values(info, r, procs[i] if per_process[i] else None, trial_pids)
+            if i in unknown:
+                values = [v for v in values if v[0] != "gpu.mem"]
+            out.extend(values)
         return out
 
     def _values(

@@ -103,8 +103,10 @@ CATALOG: tuple[Metric, ...] = (
         "nvml",
         "gpu",
         "nvidia-smi --query-gpu=utilization.gpu",
-        "Percentage of the last sample period in which one or more kernels ran on the GPU. "
-        "High values do not prove useful work: compare with SM activity.",
+        "Percentage of the sample period in which one or more kernels ran on the GPU: the "
+        "mean of the driver's utilization samples since the previous sample "
+        "(nvmlDeviceGetSamples), else the driver's own last period. High values do not prove "
+        "useful work: compare with SM activity.",
         headline=True,
         max_value=100.0,
     ),
@@ -129,7 +131,8 @@ CATALOG: tuple[Metric, ...] = (
         "gpu",
         "nvidia-smi --query-compute-apps=pid,used_memory (summed over the trial's pids)",
         "VRAM held by the trial's processes on each GPU. Where the driver cannot attribute "
-        "memory to processes, the device's used memory is recorded and the series is flagged.",
+        "memory to processes, the device's used memory is recorded and the series is flagged; "
+        "a process query that fails after it has worked leaves a gap, never 0.",
         scale=1 / GIB,
         headline=True,
         markers=True,
@@ -239,7 +242,9 @@ CATALOG: tuple[Metric, ...] = (
         "nvml",
         "gpu",
         "nvidia-smi --query-gpu=memory.used",
-        "VRAM in use on the whole device, by every process.",
+        "VRAM in use on the whole device, by every process (NVML memory info v2: the "
+        "driver's reserved memory is not counted, as in nvidia-smi; v1 on drivers without "
+        "v2).",
         scale=1 / GIB,
         markers=True,
     ),
@@ -306,7 +311,9 @@ CATALOG: tuple[Metric, ...] = (
         "nvml",
         "gpu",
         "nvidia-smi --query-gpu=clocks_event_reasons.active",
-        "NVML clock-event reasons bitmask (0 = none; 0x4 power cap, 0x20/0x40 thermal).",
+        "NVML clock-event reasons bitmask (0 = none; 0x4 power cap, 0x20/0x40 thermal); "
+        "nvmlDeviceGetCurrentClocksEventReasons, or the older ThrottleReasons call on drivers "
+        "before R535.",
     ),
     _m(
         "gpu.energy",
@@ -324,9 +331,11 @@ CATALOG: tuple[Metric, ...] = (
         "%",
         "gpm",
         "gpu",
-        "NVML GPM NVML_GPM_METRIC_SM_UTIL (DCGM: dcgmi dmon -e 1002)",
+        "NVML GPM NVML_GPM_METRIC_SM_UTIL; DCGM field 1002 DCGM_FI_PROF_SM_ACTIVE "
+        "(dcgmi dmon -e 1002) is the same as a 0-1 ratio: x100 to compare",
         "Share of streaming multiprocessors busy, averaged over the sample period (NVML GPM, "
-        "Hopper and newer). The true measure of compute, unlike GPU utilization.",
+        "Hopper and newer; GPM pairs samples at least 150 ms apart, so at `--interval 0.1` "
+        "every other sample has none). The true measure of compute, unlike GPU utilization.",
         max_value=100.0,
     ),
     _m(

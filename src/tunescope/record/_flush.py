@@ -60,9 +60,37 @@ def _drain(d: deque[T]) -> list[T]:
     return out
 
 
-def _cuda_device_label(index: int) -> str:
-    """The physical GPU index behind torch's ``cuda:index`` (through CUDA_VISIBLE_DEVICES
-    when it lists integers), as a series device label."""
+_NVML_UUIDS: list[str] | None = None
+_NVML_LOCK = threading.Lock()
+
+
+def _nvml_uuids() -> list[str]:
+    """The machine's GPU UUIDs in NVML index order, read once per process."""
+    global _NVML_UUIDS
+    with _NVML_LOCK:
+        if _NVML_UUIDS is None:
+            from tunescope._gpuid import nvml_uuids
+
+            _NVML_UUIDS = nvml_uuids()
+        return _NVML_UUIDS
+
+
+def _cuda_device_label(index: int, cuda: object = None) -> str:
+    """The NVML index of torch's ``cuda:index``, as a series device label (the ``device`` of
+    the sampler's gpu.* series): matched by UUID (``get_device_properties(index).uuid``, see
+    :func:`tunescope._gpuid.cuda_to_nvml`); else through ``CUDA_VISIBLE_DEVICES`` when it
+    lists integers (right when CUDA orders devices by PCI bus, as it does for identical
+    GPUs); else the ordinal."""
+    if cuda is not None:
+        from tunescope._gpuid import cuda_to_nvml
+
+        try:
+            uuid = getattr(cuda.get_device_properties(index), "uuid", None)  # type: ignore[attr-defined]
+        except Exception:
+            uuid = None
+        match = cuda_to_nvml(uuid, _nvml_uuids()) if uuid is not None else None
+        if match is not None:
+            return str(match[0])
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
     try:
         return str(int(visible[index]))
@@ -84,7 +112,7 @@ def torch_memory() -> list[tuple[str, str, float]]:
         reserved = float(stats.get("reserved_bytes.all.current", 0))
         if not allocated and not reserved:
             continue  # a device this process does not use
-        dev = _cuda_device_label(i)
+        dev = _cuda_device_label(i, cuda)
         out.append(("torch.mem.allocated", dev, allocated))
         out.append(("torch.mem.reserved", dev, reserved))
         out.append(("torch.alloc_retries", dev, float(stats.get("num_alloc_retries", 0))))

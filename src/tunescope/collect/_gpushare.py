@@ -80,7 +80,8 @@ class ProcessUtilReader:
 
     def _samples(self, handle: Any, since: int) -> list[Any] | None:
         if self._new:
-            got = self._query(not_found_as([], self._nvml, NEW_CALL), handle, since, default=_FAILED)
+            call = not_found_as([], self._nvml, NEW_CALL)
+            got = self._query(call, handle, since, default=_FAILED)
             if got is not _FAILED:
                 return list(got)
             self._new = False  # a driver older than the call: the older one from now on

@@ -104,9 +104,7 @@ def record(
                     "energy_mj": _raw(r.energy_mj),
                     "gpm": gpm,
                     "processes": None if procs is None else [[p, _raw(u)] for p, u in procs],
-                    "process_util": None
-                    if share is None
-                    else [[p, round(u, 2)] for p, u in share],
+                    "process_util": None if share is None else [[p, round(u, 2)] for p, u in share],
                 }
             )
         frames.append({"t": round(now, 3), "devices": per})

@@ -404,9 +404,7 @@ def mig_h100(seconds: int = 60) -> dict[str, Any]:
         )
         whole.update(util=None, mem_bw_util=None, processes=None)
         per = [whole]
-        for k, (pid, mem, sm) in enumerate(
-            [(9901, other, sm_other), (8801, mine, sm_mine), (None, 0, 0.0)]
-        ):
+        for pid, mem, sm in [(9901, other, sm_other), (8801, mine, sm_mine), (None, 0, 0.0)]:
             per.append(
                 {
                     "util": None,

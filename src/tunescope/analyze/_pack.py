@@ -85,16 +85,16 @@ class PackTrials(Rule[PackFit]):
         devices = [x for x in gpu_devices(d) if "/mig" not in x]
         shares = []
         for x in devices:
-            mem, total = d.trace("gpu.mem", x), d.trace("gpu.mem.total", x)
+            mem, total_tr = d.trace("gpu.mem", x), d.trace("gpu.mem.total", x)
             own = d.trace("gpu.proc_util", x) is not None
             signal = "gpu.proc_util" if own else "gpu.util"
             util = d.trace(signal, x)
-            if mem is None or total is None or util is None or not float(total.v[-1]) > 0:
+            if mem is None or total_tr is None or util is None or not total_tr.v[-1] > 0:
                 return None  # a GPU it cannot judge: no finding rather than a guess
             mask = d.training(util)
             if int(util.n[mask].sum()) < s.min_samples:
                 return None
-            shares.append((x, mem.peak(), float(total.v[-1]), signal, util, mask))
+            shares.append((x, mem.peak(), float(total_tr.v[-1]), signal, util, mask))
         if not shares:
             return None
         x, peak, total, signal, util, mask = max(shares, key=lambda p: p[1] / p[2])

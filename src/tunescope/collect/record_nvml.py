@@ -16,7 +16,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,16 @@ def _device(i: GpuInfo) -> dict[str, Any]:
 
 
 def record(
-    backend: GpuBackend, seconds: float, interval: float, pid: int | None = None
+    backend: GpuBackend,
+    seconds: float,
+    interval: float,
+    pid: int | None = None,
+    *,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Sample ``backend`` every ``interval`` s for ``seconds`` s into a replay document.
-    GPUs in MIG mode are recorded with their instances (``parent``/``mig`` devices)."""
+    """Sample ``backend`` every ``interval`` s for ``seconds`` s (or until ``stop()`` is
+    true) into a replay document. GPUs in MIG mode are recorded with their instances
+    (``parent``/``mig`` devices); per-process SM utilization as ``process_util``."""
     n = backend.device_count()
     infos = [backend.device_info(i) for i in range(n)]
     devices = [_device(i) for i in infos]
@@ -78,7 +84,7 @@ def record(
     k = 0
     while True:
         now = time.monotonic() - t0
-        if now > seconds + 1e-9:
+        if now > seconds + 1e-9 or (stop is not None and stop() and frames):
             break
         if pid is not None:
             trial |= _tree(pid)

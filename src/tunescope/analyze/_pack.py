@@ -4,7 +4,7 @@ the GPU with other trials, or run on a MIG slice of it.
 The trial's share of a GPU's time is ``gpu.proc_util`` (its own processes), else the device's
 ``gpu.util`` (an upper bound: other processes count too); its share of memory is the peak of
 ``gpu.mem`` against ``gpu.mem.total``. MIG instances are left out: a trial on a slice is
-already packed (the right-size finding says when a smaller slice would do)."""
+already packed (and NVML has no utilization per instance)."""
 
 from __future__ import annotations
 

@@ -152,10 +152,13 @@ def _f(v: Any) -> float | None:
 
 
 def split_source(source: str | Path) -> tuple[str, str | None]:
-    """(replay, trial) of a source ``NAME#TRIAL``; (source, None) without ``#``."""
+    """(replay, trial) of a source ``NAME#TRIAL``; (source, None) without ``#``, or when the
+    source is a file whose name holds one."""
     text = str(source)
     name, sep, trial = text.rpartition("#")
-    return (name, trial) if sep and name else (text, None)
+    if not sep or not name or "/" in trial or Path(text).expanduser().is_file():
+        return text, None
+    return name, trial
 
 
 class ReplayBackend:

@@ -5,7 +5,8 @@
 Run it on a GPU machine while a fine-tune runs; ``--pid`` names the training process, whose
 process tree becomes the recording's trial (without it, every process seen on a GPU counts).
 ``OUT`` ending in ``.gz`` is compressed. Readings are stored raw (power in mW, energy in mJ,
-memory in bytes). Exit codes: 0 written, 1 no NVML or no GPU (one line on stderr), 2 bad
+memory in bytes), with each process's SM utilization (``process_util``) and MIG instances as
+devices of their own. Exit codes: 0 written, 1 no NVML or no GPU (one line on stderr), 2 bad
 arguments.
 """
 

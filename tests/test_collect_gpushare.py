@@ -442,3 +442,33 @@ def test_record_nvml_keeps_per_process_utilization_and_mig_devices(
         else:
             assert frame["process_util"] is None and frame["processes"] == [[roots[0], 524288000]]
         assert doc["trial_pids"] == [roots[0]]
+
+
+def test_record_nvml_stops_when_told() -> None:
+    backend = ReplayBackend.open("shared_h100")
+    doc = record(backend, 300.0, 0.1, stop=lambda: True)
+    assert len(doc["frames"]) == 1  # one frame at least, then the stop is heard
+
+
+def test_the_two_node_fixtures_show_one_slow_node() -> None:
+    """node_a_8gpu / node_b_8gpu_slow: one host each, 8 GPUs each, ranks of their own; the
+    slow node's GPUs are power-capped, clocked lower and busier in SM activity."""
+    a, b = (load_replay(n)[1] for n in ("node_a_8gpu", "node_b_8gpu_slow"))
+    assert len(a["devices"]) == len(b["devices"]) == 8
+    assert not set(a["trial_pids"]) & set(b["trial_pids"])
+    assert {d["uuid"] for d in a["devices"]}.isdisjoint({d["uuid"] for d in b["devices"]})
+
+    def mean(doc: dict[str, Any], key: str) -> float:
+        vals = [d[key] for f in doc["frames"][5:] for d in f["devices"]]
+        return sum(vals) / len(vals)
+
+    def sm(doc: dict[str, Any]) -> float:
+        vals = [d["gpm"]["sm"] for f in doc["frames"][5:] for d in f["devices"]]
+        return sum(vals) / len(vals)
+
+    assert {d["power_limit_mw"] for d in b["devices"]} == {500_000}
+    assert {d["power_limit_mw"] for d in a["devices"]} == {700_000}
+    assert mean(b, "clock_sm") < 0.75 * mean(a, "clock_sm")
+    assert sm(b) > sm(a) + 15
+    assert all(d["throttle"] & 0x4 for f in b["frames"][5:] for d in f["devices"])
+    assert abs(mean(a, "util") - mean(b, "util")) < 3  # utilization alone does not tell

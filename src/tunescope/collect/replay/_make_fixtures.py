@@ -480,8 +480,9 @@ def _node(first_pid: int, slow: bool, seed: int, seconds: int = 45) -> dict[str,
             util = _jit(rng, 97, 1.0)
             gpm = {"sm": sm, "tensor": 0.62 * sm, "dram": _jit(rng, 30, 3)}
             f = g.frame(1.0, util, _jit(rng, 38, 3), mem + 430 * MIB, power, gpm, [[pids[k], mem]])
-            if slow:
+            if slow:  # the cap holds the clocks down all through the step
                 f["clock_sm"] = 1380 + 15 * rng.randint(0, 4)
+                f["throttle"] |= SW_POWER_CAP
             per.append(f)
         frames.append({"t": float(t), "devices": per})
     what = (

@@ -7,7 +7,7 @@ STATIC  := src/tunescope/server/static/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/openapi.json web/package.json \
            web/package-lock.json web/build.mjs web/types.mjs web/tsconfig.json
 
-.PHONY: setup web web-test openapi browser demo test lint format bench screenshot dist clean
+.PHONY: setup web web-test openapi browser demo test lint format bench gpu-check screenshot dist clean
 
 setup: $(STAMP) $(STATIC)
 
@@ -42,6 +42,13 @@ dist: $(STAMP) $(STATIC)
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# On a machine with an NVIDIA GPU: known workloads (idle, matmul, memcpy, 10 GiB, two processes)
+# run under tunescope and checked against nvidia-smi and torch, table printed, exit 1 when out
+# of tolerance; the NVML readings are saved as replay files in bench/out/gpu_check/. Without a
+# GPU it says so and succeeds.
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py
 
 demo: setup
 	$(BIN)/tunescope demo

@@ -30,7 +30,7 @@ from tunescope.collect import (
 )
 from tunescope.collect._gpuprobe import parse_visible_devices
 from tunescope.collect._once import LOGGER_NAME
-from tunescope.collect._replay import dump_replay
+from tunescope.collect._replay import FIXTURE_DIR, dump_replay
 from tunescope.errors import CollectError
 from tunescope.metrics import metric
 from tunescope.store import Store, open_store
@@ -105,21 +105,31 @@ def run_replay(store: Store, trial: int, pid: int, name: str, times: list[float]
 
 # ---------------------------------------------------------------------- the fixtures
 def test_builtin_fixtures_are_synthesized_and_say_so() -> None:
-    assert set(builtin_fixtures()) >= {"h200_sft", "busy_low_sm", "a100_no_gpm"}
+    assert set(builtin_fixtures()) >= {
+        "h200_sft",
+        "busy_low_sm",
+        "a100_no_gpm",
+        "shared_h100",
+        "mig_h100",
+        "node_a_8gpu",
+        "node_b_8gpu_slow",
+    }
+    readme = (FIXTURE_DIR / "README.md").read_text()
+    assert "SYNTHESIZED" in readme and "record_nvml" in readme
     for name in builtin_fixtures():
-        path, doc = load_replay(name)
+        _, doc = load_replay(name)
         assert doc["synthesized"] is True
         assert "SYNTHESIZED" in doc["description"]
-        assert len(doc["devices"]) == 2
-    readme = (path.parent / "README.md").read_text()
-    assert "SYNTHESIZED" in readme and "record_nvml" in readme
+        assert doc["devices"]
+        assert f"| `{name}` |" in readme, f"fixture {name} has no row in the README"
 
 
 def test_fixture_generator_is_deterministic(tmp_path: Path) -> None:
     from tunescope.collect.replay import _make_fixtures
 
     assert _make_fixtures.main([str(tmp_path)]) == 0
-    for name in ("h200_sft", "busy_low_sm", "a100_no_gpm"):
+    assert set(_make_fixtures.FIXTURES) == set(builtin_fixtures())
+    for name in _make_fixtures.FIXTURES:
         shipped, _ = load_replay(name)
         assert (tmp_path / f"{name}.json").read_bytes() == shipped.read_bytes()
 

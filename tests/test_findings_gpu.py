@@ -45,13 +45,15 @@ def record(
     root: int,
     name: str,
     events: Callable[[int, float], list[Event]] | None = None,
+    trial: str | None = None,
 ) -> TrialInfo:
-    """Sample every frame of ``doc`` once (at 0.5 s into it) into a new trial."""
+    """Sample every frame of ``doc`` once (at 0.5 s into it) into a new trial; ``trial``:
+    which of the recording's ``trials`` it is (a shared GPU)."""
     base = time.time() - 3600.0
     run = store.ensure_run("replay", start=base)
     tr = store.create_trial(run.id, name, {}, start=base, interval=1.0)
     clock = [0.0]
-    backend = ReplayBackend(doc, root_pid=root, clock=lambda: clock[0])
+    backend = ReplayBackend(doc, root_pid=root, clock=lambda: clock[0], trial=trial)
     sampler = Sampler(
         StoreSink(store),
         tr.key,
@@ -230,3 +232,52 @@ def test_gpu_memory_that_keeps_growing(db: Store, root: int) -> None:
         assert f.metric == "gpu.mem"
         assert f.evidence["slope_bytes_per_min"] == pytest.approx(15 * GIB, rel=0.1)
         assert f.t0 == pytest.approx(tr.start + 4) and f.t1 == pytest.approx(tr.start + 120)
+
+
+# ---------------------------------------------------------------------- packing
+def test_a_small_trial_on_a_shared_gpu_could_be_packed(db: Store, root: int) -> None:
+    """Two trials share one H100: a uses ~18% of its time and 14 GiB, b ~45%. Each judged by
+    its own processes' utilization (gpu.proc_util): a could run five to a GPU, or on a
+    2g.20gb slice (a 1g slice has 1/7 of the SMs, under a's 95th percentile); b could not."""
+    steps = steps_between(4, 90)
+    a = record(db, fixture("shared_h100"), root, "a", steps, trial="a")
+    (f,) = by_rule(findings_for_trial(db, a.id))["pack_trials"]
+    assert f.severity == "moderate" and f.device == "0" and f.metric == "gpu.proc_util"
+    ev = f.evidence
+    assert ev["signal"] == "gpu.proc_util" and ev["gpus"] == 1
+    assert ev["util_mean_pct"] == pytest.approx(18, abs=1.5)
+    assert ev["peak_bytes"] == pytest.approx(612 * 1024**2 + 13.4 * GIB, rel=0.01)
+    assert ev["per_gpu"] == 5  # 100% / 18% and 79.6 GiB / 14 GiB
+    assert ev["gpu_model"] == "NVIDIA H100 80GB"
+    assert ev["mig"]["profile"] == "2g.20gb" and ev["mig"]["kind"] == "mig"
+    assert ev["mig"]["memory_bytes"] >= 1.2 * ev["peak_bytes"]
+    assert "2g.20gb" in f.message and "5 such trials" in f.message
+    assert f.t0 == pytest.approx(a.start + 4) and f.t1 == pytest.approx(a.start + 90)
+    b = record(db, fixture("shared_h100"), root, "b", steps, trial="b")
+    assert "pack_trials" not in by_rule(findings_for_trial(db, b.id))
+
+
+def test_without_per_process_utilization_the_device_decides(db: Store, root: int) -> None:
+    """The same trial a where the driver reports no per-process utilization: the device's
+    utilization counts b's work too (~65%), so nothing can be said about packing a."""
+    doc = fixture("shared_h100")
+    for fr in doc["frames"]:
+        fr["devices"][0]["process_util"] = None
+    a = record(db, doc, root, "a", steps_between(4, 90), trial="a")
+    assert db.list_series(a.id, "gpu.proc_util") == []
+    assert "pack_trials" not in by_rule(findings_for_trial(db, a.id))
+    quiet = fixture("shared_h100")  # b never runs: the device is a's alone
+    for fr in quiet["frames"]:
+        d = fr["devices"][0]
+        mine = d["process_util"][0][1]
+        d["util"], d["process_util"] = round(mine), None
+    a2 = record(db, quiet, root, "a-alone", steps_between(4, 90), trial="a")
+    (f,) = by_rule(findings_for_trial(db, a2.id))["pack_trials"]
+    assert f.evidence["signal"] == "gpu.util" and f.metric == "gpu.util"
+    assert "the trial's own share unknown" in f.message
+
+
+def test_a_trial_on_a_mig_slice_is_not_told_to_pack(db: Store, root: int) -> None:
+    tr = record(db, fixture("mig_h100"), root, "mig", steps_between(3, 60))
+    assert {s.device for s in db.list_series(tr.id, "gpu.mem")} == {"0/mig1"}
+    assert "pack_trials" not in by_rule(findings_for_trial(db, tr.id))

@@ -178,3 +178,23 @@ def test_new_settings_load_from_the_project_and_the_environment(tmp_path: Path) 
         load_settings(tmp_path, {"TUNESCOPE_RIGHTSIZE_MODERATE_PRICE_PCT": "150"})
     with pytest.raises(ConfigError, match="eval_spike_baseline_max_s must be a number"):
         FindingSettings(eval_spike_baseline_max_s=-1.0)
+
+
+def test_packing_follows_its_memory_and_utilization_settings(store: Store) -> None:
+    tr = trial(store, "small", 600.0)
+    for dev in ("0", "1"):  # two GPUs: the fuller one decides
+        put(store, tr, "gpu.mem", [(12.0 if dev == "1" else 6.0) * GIB] * 60, dev)
+        put(store, tr, "gpu.mem.total", [H100] * 60, dev)
+        put(store, tr, "gpu.proc_util", [10.0] * 60, dev)
+        put(store, tr, "gpu.util", [70.0] * 60, dev)  # others' work on the same GPUs
+    (f,) = only(store, tr, "pack_trials")
+    assert f.device == "1" and f.evidence["gpus"] == 2
+    assert f.evidence["peak_pct"] == pytest.approx(100 * 12 * GIB / H100)
+    assert f.evidence["per_gpu"] == 6  # 79.6 GiB / 12 GiB; 100% / 10% would be 10
+    assert f.evidence["mig"]["profile"] == "1g.20gb"  # 1g.10gb cannot hold 14.4 GiB
+    assert only(store, tr, "pack_trials", pack_mem_pct=15.0) == []  # 12 GiB is 15.1%
+    assert only(store, tr, "pack_trials", pack_util_pct=10.0) == []
+    (g,) = only(store, tr, "pack_trials", rightsize_headroom_pct=60.0)  # 19.2 GiB still fits
+    assert g.evidence["mig"]["profile"] == "1g.20gb"
+    (h,) = only(store, tr, "pack_trials", rightsize_headroom_pct=70.0)  # 20.4 GiB does not
+    assert h.evidence["mig"]["profile"] == "3g.40gb"

@@ -14,6 +14,7 @@ from typing import Any
 from tunescope.analyze._data import TrialData
 from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo
 from tunescope.analyze._gpus import BusyNotWorking, GpuUnderused, IdleGpu, NearOomGpu
+from tunescope.analyze._pack import PackTrials
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType, RightSize
 from tunescope.analyze._rule import Rule
 from tunescope.analyze._rules import CpuBound, EvalMemorySpike, InputBound, MemoryGrowth, NearOomCpu
@@ -33,6 +34,7 @@ FINDINGS: tuple[Rule[Any], ...] = (
     MemoryGrowth(),
     EvalMemorySpike(),
     RightSize(),
+    PackTrials(),
 )
 """Every rule, in the order findings are listed at equal severity."""
 

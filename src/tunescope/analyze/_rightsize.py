@@ -40,6 +40,7 @@ __all__ = [
     "describe_catalog",
     "gpu_catalog",
     "match_gpu",
+    "mig_options",
 ]
 
 
@@ -188,26 +189,34 @@ class _Option:
         }
 
 
+def mig_options(g: GpuType, need: float, util_pct: float) -> list[_Option]:
+    """The MIG slices of ``g`` (the whole GPU left out) that hold ``need`` bytes and whose
+    share of the SMs is at least ``util_pct`` % of the GPU's, priced at that share."""
+    out = []
+    for p in g.mig:
+        if p.compute == MIG_COMPUTE_SLICES:
+            continue  # the whole GPU
+        mem = g.memory * p.memory / MIG_MEMORY_SLICES
+        if mem >= need and p.compute / MIG_COMPUTE_SLICES >= util_pct / 100.0:
+            out.append(
+                _Option(
+                    f"{g.label} MIG {p.name}",
+                    f"{g.key}:{p.name}",
+                    "mig",
+                    mem,
+                    g.price * p.compute / MIG_COMPUTE_SLICES,
+                )
+            )
+    return out
+
+
 def _options(
     catalog: tuple[GpuType, ...], need: float, util_p95: float, mig_ok: bool
 ) -> list[_Option]:
     out = [_Option(g.label, g.key, "gpu", g.memory, g.price) for g in catalog if g.memory >= need]
     if mig_ok:
         for g in catalog:
-            for p in g.mig:
-                if p.compute == MIG_COMPUTE_SLICES:
-                    continue  # the whole GPU
-                mem = g.memory * p.memory / MIG_MEMORY_SLICES
-                if mem >= need and p.compute / MIG_COMPUTE_SLICES >= util_p95 / 100.0:
-                    out.append(
-                        _Option(
-                            f"{g.label} MIG {p.name}",
-                            f"{g.key}:{p.name}",
-                            "mig",
-                            mem,
-                            g.price * p.compute / MIG_COMPUTE_SLICES,
-                        )
-                    )
+            out.extend(mig_options(g, need, util_p95))
     return out
 
 

@@ -351,6 +351,22 @@ class FindingSettings:
         f"{OURS}, the under-used threshold (gpu_underused_util_pct): a GPU busier than "
         "that is not mostly waiting, so fewer SMs may lengthen the run",
     )
+    # --- packing trials on one GPU
+    pack_mem_pct: Setting = Setting(
+        25.0,
+        "%",
+        "Peak GPU memory of the trial as a share of the device's memory under which the "
+        "trial could share the GPU with others (on every GPU it uses).",
+        f"{OURS} (the issue): a quarter of the GPU, so four such trials fit on one",
+    )
+    pack_util_pct: Setting = Setting(
+        25.0,
+        "%",
+        "Mean GPU utilization of the trial's own processes while training (gpu.proc_util; "
+        "the device's gpu.util where that is absent) under which the trial could share the "
+        "GPU with others (on every GPU it uses).",
+        f"{OURS} (the issue): a quarter of the GPU's time, so four such trials fit on one",
+    )
     # --- data sufficiency
     min_samples: Setting = Setting(
         5, "samples", "Fewest samples of a series (while training) before a rule judges it.", OURS

@@ -24,11 +24,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tunescope._once import Once
+from tunescope.collect._gpushare import ProcessUtilReader
 from tunescope.collect._once import LOGGER_NAME
 from tunescope.errors import CollectError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from tunescope.collect._mig import MigSlots
 
 __all__ = [
     "REPLAY_ENV",
@@ -87,6 +90,26 @@ class GpuInfo:
     memory_total: float | None
     power_limit: float | None
     gpm_supported: bool
+    parent: int | None = None
+    """For a MIG instance: the NVML index of its GPU (``index`` is then the backend's own
+    number for the instance, after the GPUs')."""
+    mig: int | None = None
+    """For a MIG instance: its MIG device index on that GPU."""
+    partitioned: bool = False
+    """MIG mode is on: the GPU's instances are devices of their own; the GPU is not sampled."""
+
+    @property
+    def device(self) -> str:
+        """How series name the device: the GPU's NVML index (``"0"``), or ``"0/mig1"`` for
+        MIG instance 1 of GPU 0."""
+        if self.parent is not None:
+            return f"{self.parent}/mig{self.mig}"
+        return str(self.index)
+
+    @property
+    def gpu(self) -> int:
+        """The NVML index of the physical GPU (a MIG instance's GPU)."""
+        return self.index if self.parent is None else self.parent
 
 
 @dataclass(frozen=True)
@@ -133,6 +156,12 @@ class GpuBackend(Protocol):
     def gpm(self, index: int) -> dict[str, float] | None:
         """GPM activity since the previous call, % each: keys ``sm``, ``tensor``, ``dram``.
         None when GPM is unsupported or at the first call (no interval yet)."""
+        ...
+
+    def process_util(self, index: int) -> list[tuple[int, float]] | None:
+        """(pid, SM utilization %) of the processes that ran on GPU ``index`` since the
+        previous call (a pid may appear more than once; add them up); None when the driver
+        cannot say (unsupported, e.g. a MIG instance, or the first call)."""
         ...
 
     def close(self) -> None:
@@ -187,6 +216,8 @@ class NvmlBackend:
         self._absent: set[str] = set()
         self._util_ts: dict[int, int] = {}
         self._records_ok: bool | None = None
+        self._mig: MigSlots | None = None
+        self._proc_util = ProcessUtilReader(self._query, nvml)
 
     # ------------------------------------------------------------------ the gateway
     def _query(
@@ -262,7 +293,19 @@ class NvmlBackend:
             version=v2,
         )
 
+    def _migs(self) -> MigSlots:
+        """The GPUs' MIG instances, found once (numbered after the GPUs)."""
+        if self._mig is None:
+            from tunescope.collect._mig import MigSlots
+
+            self._mig = MigSlots.find(self._query, self._nvml, self._gpu_handle)
+        return self._mig
+
     def _handle(self, index: int) -> Any:
+        slot = self._migs().slot(index)
+        return slot.handle if slot is not None else self._gpu_handle(index)
+
+    def _gpu_handle(self, index: int) -> Any:
         h = self._handles.get(index)
         if h is None:
             h = self._query("nvmlDeviceGetHandleByIndex", index)
@@ -272,9 +315,12 @@ class NvmlBackend:
 
     # ------------------------------------------------------------------ the protocol
     def device_count(self) -> int:
-        return int(self._query("nvmlDeviceGetCount", default=0))
+        return self._migs().count
 
     def device_info(self, index: int) -> GpuInfo:
+        slot = self._migs().slot(index)
+        if slot is not None:
+            return slot.info(self._query, index)
         h = self._handle(index)
         name = _text(self._query("nvmlDeviceGetName", h, default=f"GPU {index}"))
         uuid = _text(self._query("nvmlDeviceGetUUID", h, default=""))
@@ -288,13 +334,16 @@ class NvmlBackend:
             memory_total=float(mem.total) if mem is not None else None,
             power_limit=limit_mw / 1000.0 if limit_mw is not None else None,
             gpm_supported=bool(getattr(support, "isSupportedDevice", 0)),
+            partitioned=self._migs().partitioned(index),
         )
 
     def read(self, index: int) -> GpuReading:
         h = self._handle(index)
         nv = self._nvml
         util = self._query("nvmlDeviceGetUtilizationRates", h)
-        busy = self._util_average(index, h)
+        # A MIG instance has no utilization of its own (its reading drops it below): asking
+        # would mark the samples call absent for the physical GPUs too.
+        busy = self._util_average(index, h) if self._migs().slot(index) is None else None
         mem = self._memory(h)
         power_mw = self._query("nvmlDeviceGetPowerUsage", h)
         temp = self._either(
@@ -310,7 +359,7 @@ class NvmlBackend:
             h,
         )
         energy = self._query("nvmlDeviceGetTotalEnergyConsumption", h)
-        return GpuReading(
+        reading = GpuReading(
             util=busy if busy is not None else _num(getattr(util, "gpu", None)),
             mem_bw_util=_num(getattr(util, "memory", None)),
             mem_used=_num(getattr(mem, "used", None)),
@@ -320,6 +369,8 @@ class NvmlBackend:
             throttle=_num(throttle),
             energy_mj=_num(energy),
         )
+        slot = self._migs().slot(index)
+        return reading if slot is None else slot.reading(reading, self.read(slot.parent))
 
     def _util_average(self, index: int, h: Any) -> float | None:
         """Mean of the driver's GPU-utilization samples taken since the previous read
@@ -403,7 +454,7 @@ class NvmlBackend:
         if prev is not None and now - self._gpm_at.get(index, now) < GPM_MIN_GAP:
             return None  # too close to the previous sample for GPM's contract: skip
         cur = self._gpm_spare[index]
-        if self._query("nvmlGpmSampleGet", h, cur) is None:
+        if self._migs().gpm_sample(self._query, index, h, cur) is None:
             return None
         self._gpm_at[index] = now
         self._gpm_prev[index] = cur
@@ -434,6 +485,11 @@ class NvmlBackend:
             if int(m.nvmlReturn) == 0:
                 out[key] = float(m.value)
         return out or None
+
+    def process_util(self, index: int) -> list[tuple[int, float]] | None:
+        if self._migs().slot(index) is not None:
+            return None  # NVML keeps no per-process utilization of a MIG instance
+        return self._proc_util.read(index, self._handle(index))
 
     def close(self) -> None:
         if not self._open:

@@ -20,12 +20,19 @@ as unavailable from then on (logged once).
 A failed process query after the driver has listed a GPU's processes before is "unknown":
 that sample has no ``gpu.mem`` for it (never 0, never the device-wide value).
 
-Emitted per selected GPU (device = the NVML index as a string), base units:
-``gpu.util`` %, ``gpu.mem_bw.util`` %, ``gpu.mem`` bytes (the trial's processes; the device's
-used memory with note :data:`DEVICE_WIDE_NOTE` when per-process memory is unavailable),
-``gpu.mem.used`` / ``gpu.mem.total`` bytes, ``gpu.power`` / ``gpu.power.limit`` W, ``gpu.temp``
-°C, ``gpu.clock.sm`` MHz, ``gpu.throttle`` bitmask, ``gpu.energy`` J since the sampler's first
-sample, and where GPM works ``gpu.sm_active``, ``gpu.tensor_active``, ``gpu.dram_active`` %.
+Shared GPUs and MIG: ``gpu.util`` is the whole device's, whoever runs on it; ``gpu.proc_util``
+is the share of the trial's own processes (:mod:`tunescope.collect._gpushare`), recorded where
+processes are listed and the driver reports their utilization. A MIG instance is a device of
+its own, named ``<gpu>/mig<k>`` (:mod:`tunescope.collect._mig`); a GPU in MIG mode is not
+sampled itself.
+
+Emitted per selected device (device = the NVML index as a string, or ``0/mig1``), base units:
+``gpu.util`` %, ``gpu.proc_util`` %, ``gpu.mem_bw.util`` %, ``gpu.mem`` bytes (the trial's
+processes; the device's used memory with note :data:`DEVICE_WIDE_NOTE` when per-process memory
+is unavailable), ``gpu.mem.used`` / ``gpu.mem.total`` bytes, ``gpu.power`` / ``gpu.power.limit``
+W, ``gpu.temp`` °C, ``gpu.clock.sm`` MHz, ``gpu.throttle`` bitmask, ``gpu.energy`` J since the
+sampler's first sample, and where GPM works ``gpu.sm_active``, ``gpu.tensor_active``,
+``gpu.dram_active`` %.
 """
 
 from __future__ import annotations
@@ -70,33 +77,37 @@ _GPM_METRICS = (
 )
 GPU_METRICS: tuple[str, ...] = (
     *(k for k, _ in _READING_METRICS),
+    "gpu.proc_util",
     "gpu.mem",
     "gpu.mem.total",
     "gpu.power.limit",
     "gpu.energy",
     *(k for k, _ in _GPM_METRICS),
 )
-"""Catalog keys this probe writes (device = GPU index)."""
+"""Catalog keys this probe writes (device = GPU index, or ``<gpu>/mig<k>``)."""
 
 
 def parse_visible_devices(value: str | None, infos: list[GpuInfo]) -> set[int] | None:
-    """NVML indices named by a ``CUDA_VISIBLE_DEVICES`` value; None when unset (all).
+    """Backend indices of the devices named by a ``CUDA_VISIBLE_DEVICES`` value; None when
+    unset (all).
 
     Like CUDA, parsing stops at the first token that names no device, so ``"-1"`` or ``""``
-    select none. Tokens are indices or (prefixes of) ``GPU-`` UUIDs. Indices are taken as
-    NVML's (PCI bus) order, which matches CUDA when ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+    select none. Tokens are GPU indices or (prefixes of) ``GPU-`` or ``MIG-`` UUIDs; a GPU in
+    MIG mode (by index or UUID) stands for its instances. Indices are taken as NVML's (PCI bus)
+    order, which matches CUDA when ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
     """
     if value is None:
         return None
     chosen: set[int] = set()
     for token in (t.strip() for t in value.split(",")):
-        if token.isdigit() and int(token) < len(infos):
-            chosen.add(int(token))
-            continue
-        match = [i.index for i in infos if token and i.uuid.startswith(token)]
-        if len(match) != 1:
+        if token.isdigit():
+            gpus = [i for i in infos if i.parent is None and i.index == int(token)]
+        else:
+            gpus = [i for i in infos if token and i.uuid.startswith(token)]
+        if len(gpus) != 1:
             break
-        chosen.add(match[0])
+        g = gpus[0]
+        chosen |= {i.index for i in infos if i.parent == g.index} if g.partitioned else {g.index}
     return chosen
 
 
@@ -149,12 +160,13 @@ class GpuProbe:
         self.backend = backend
         self._log = log or Once(LOGGER_NAME)
         self._proc = proc
-        self.infos: list[GpuInfo] = []
+        infos: list[GpuInfo] = []
         try:
             count = backend.device_count()
-            self.infos = [backend.device_info(i) for i in range(count)]
+            infos = [backend.device_info(i) for i in range(count)]
         except Exception as exc:
             self._log("gpu-info", "cannot list GPUs (%s); GPU metrics are left out", exc)
+        self.infos = [i for i in infos if not i.partitioned]  # its MIG instances instead
         readable, cvd = _environ_var(root_pid, "CUDA_VISIBLE_DEVICES", proc)
         if not readable:
             self._log(
@@ -164,7 +176,7 @@ class GpuProbe:
                 root_pid,
                 level=logging.INFO,
             )
-        self.visible = parse_visible_devices(cvd, self.infos)
+        self.visible = parse_visible_devices(cvd, infos)
         self.selected: set[int] = set()
         self.foreign_namespace = False
         self._matched = False
@@ -296,7 +308,7 @@ class GpuProbe:
         listed: list[tuple[int, float | None]] | None,
         trial_pids: set[int],
     ) -> list[GpuValue]:
-        dev = str(info.index)
+        dev = info.device
         out: list[GpuValue] = []
         for key, attr in _READING_METRICS:
             v = getattr(r, attr)
@@ -318,6 +330,11 @@ class GpuProbe:
                     level=logging.INFO,
                 )
             out.append(("gpu.mem", dev, r.mem_used, DEVICE_WIDE_NOTE))
+        if listed is not None:
+            share = self.backend.process_util(info.index)
+            if share is not None:
+                mine_util = sum(u for pid, u in share if pid in trial_pids)
+                out.append(("gpu.proc_util", dev, min(100.0, mine_util), None))
         e0 = self._energy0.get(info.index)
         if r.energy_mj is not None and e0 is not None:
             out.append(("gpu.energy", dev, max(0.0, r.energy_mj - e0) / 1000.0, None))

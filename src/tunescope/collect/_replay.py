@@ -21,15 +21,25 @@ File format (JSON, optionally gzip-compressed as ``.json.gz``), version 1::
                               "power_mw": 612000, "temp": 64, "clock_sm": 1980,
                               "throttle": 0, "energy_mj": 123456789,
                               "gpm": {"sm": 71.5, "tensor": 43.0, "dram": 38.2},
-                              "processes": [[4242, 79456894976]]}]}]}
+                              "processes": [[4242, 79456894976]],
+                              "process_util": [[4242, 96]]}]}]}
 
 Readings are raw NVML values (power in mW, energy in mJ, memory in bytes); the backend converts
-them as :class:`~tunescope.collect._gpu.NvmlBackend` does. ``gpm`` and ``processes`` may be
-null (unsupported); any reading may be null (not reported).
+them as :class:`~tunescope.collect._gpu.NvmlBackend` does. ``gpm``, ``processes`` and
+``process_util`` (per-process SM utilization %, ``[[pid, sm]]``) may be null or absent
+(unsupported); any reading may be null (not reported).
 
-Pid mapping: a recorded pid listed in ``trial_pids`` is reported as the live trial's root pid
-(so the replayed processes belong to the trial being sampled); any other recorded pid is
-reported negated (``-pid``), which no live process has, so it stays foreign.
+Optional, all compatible with files that lack them: per device ``"parent": 0, "mig": 1`` (a
+MIG instance of GPU 0, named ``0/mig1``) and ``"partitioned": true`` (a GPU in MIG mode, not
+sampled itself); in the header ``"trials": {"a": [pids], "b": [pids]}``, the recorded pids of
+each of several trials that shared the GPUs.
+
+Pid mapping: a recorded pid of the trial being played is reported as the live trial's root
+pid (so the replayed processes belong to the trial being sampled); any other recorded pid is
+reported negated (``-pid``), which no live process has, so it stays foreign. The trial being
+played is ``trial_pids``, or, for a source ``NAME#TRIAL`` (``shared_h100#b``), the pids of
+``trials[TRIAL]``: two samplers replaying ``#a`` and ``#b`` see the same GPUs, each with its
+own processes.
 
 Time: frame ``k`` is current from ``t_k`` seconds after the backend was opened (the sampler's
 start) until the next frame; after the last frame the last one is held.
@@ -102,6 +112,12 @@ def load_replay(source: str | Path) -> tuple[Path, dict[str, Any]]:
     devices, frames = doc.get("devices"), doc.get("frames")
     if not isinstance(devices, list) or not isinstance(frames, list) or not frames:
         raise CollectError(f"{path}: a replay needs a device list and at least one frame")
+    trials = doc.get("trials")
+    if trials is not None and not (
+        isinstance(trials, dict)
+        and all(isinstance(v, list) and all(isinstance(x, int) for x in v) for v in trials.values())
+    ):
+        raise CollectError(f"{path}: trials must map each trial's name to its list of pids")
     times = [f.get("t") for f in frames]
     if not all(isinstance(t, int | float) for t in times) or times != sorted(times):
         raise CollectError(f"{path}: frame times must be numbers in increasing order")
@@ -135,6 +151,16 @@ def _f(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
+def split_source(source: str | Path) -> tuple[str, str | None]:
+    """(replay, trial) of a source ``NAME#TRIAL``; (source, None) without ``#``, or when the
+    source is a file whose name holds one."""
+    text = str(source)
+    name, sep, trial = text.rpartition("#")
+    if not sep or not name or "/" in trial or Path(text).expanduser().is_file():
+        return text, None
+    return name, trial
+
+
 class ReplayBackend:
     """A :class:`~tunescope.collect._gpu.GpuBackend` over a recorded file (module doc)."""
 
@@ -145,6 +171,7 @@ class ReplayBackend:
         source: str = "<memory>",
         root_pid: int | None = None,
         clock: Callable[[], float] | None = None,
+        trial: str | None = None,
     ) -> None:
         self.source = source
         self.synthesized = bool(doc.get("synthesized", False))
@@ -154,6 +181,12 @@ class ReplayBackend:
         self._times = [float(f["t"]) for f in self._frames]
         self._processes_supported = bool(doc.get("processes_supported", True))
         self._trial = {int(p) for p in doc.get("trial_pids", [])}
+        if trial is not None:
+            trials = doc.get("trials") or {}
+            if trial not in trials:
+                known = ", ".join(sorted(trials)) or "none"
+                raise CollectError(f"GPU replay {source}: no trial {trial!r} (trials: {known})")
+            self._trial = {int(p) for p in trials[trial]}
         self._root = root_pid
         self._clock = clock or time.monotonic
         self._start = self._clock()
@@ -167,9 +200,11 @@ class ReplayBackend:
         root_pid: int | None = None,
         clock: Callable[[], float] | None = None,
     ) -> ReplayBackend:
-        """Load a replay by path or builtin fixture name (see :func:`load_replay`)."""
-        path, doc = load_replay(source)
-        return cls(doc, source=str(path), root_pid=root_pid, clock=clock)
+        """Load a replay by path or builtin fixture name (see :func:`load_replay`), and
+        ``#TRIAL`` to play one of its ``trials`` (module doc)."""
+        name, trial = split_source(source)
+        path, doc = load_replay(name)
+        return cls(doc, source=str(path), root_pid=root_pid, clock=clock, trial=trial)
 
     def elapsed(self) -> float:
         """Replay time in seconds since the backend was opened."""
@@ -199,6 +234,9 @@ class ReplayBackend:
             memory_total=_f(d.get("memory_total")),
             power_limit=None if limit is None else float(limit) / 1000.0,
             gpm_supported=bool(d.get("gpm_supported", False)),
+            parent=None if d.get("parent") is None else int(d["parent"]),
+            mig=None if d.get("mig") is None else int(d["mig"]),
+            partitioned=bool(d.get("partitioned", False)),
         )
 
     def read(self, index: int) -> GpuReading:
@@ -233,6 +271,12 @@ class ReplayBackend:
         if not g:
             return None
         return {k: float(v) for k, v in g.items() if v is not None}
+
+    def process_util(self, index: int) -> list[tuple[int, float]] | None:
+        util = self._frame(index).get("process_util")
+        if util is None or not self._processes_supported:
+            return None
+        return [(self._map_pid(int(pid)), float(sm)) for pid, sm in util]
 
     def close(self) -> None:
         pass

@@ -5,7 +5,8 @@
 Run it on a GPU machine while a fine-tune runs; ``--pid`` names the training process, whose
 process tree becomes the recording's trial (without it, every process seen on a GPU counts).
 ``OUT`` ending in ``.gz`` is compressed. Readings are stored raw (power in mW, energy in mJ,
-memory in bytes). Exit codes: 0 written, 1 no NVML or no GPU (one line on stderr), 2 bad
+memory in bytes), with each process's SM utilization (``process_util``) and MIG instances as
+devices of their own. Exit codes: 0 written, 1 no NVML or no GPU (one line on stderr), 2 bad
 arguments.
 """
 
@@ -16,14 +17,14 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from tunescope._once import Once
-from tunescope.collect._gpu import NvmlBackend
+from tunescope.collect._gpu import GpuBackend, GpuInfo, NvmlBackend
 from tunescope.collect._once import LOGGER_NAME
 from tunescope.collect._replay import FORMAT, dump_replay
 from tunescope.errors import CollectError
@@ -48,22 +49,35 @@ def _raw(v: float | None, scale: float = 1.0) -> float | int | None:
     return round(x) if float(x).is_integer() or scale != 1.0 else x
 
 
+def _device(i: GpuInfo) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "name": i.name,
+        "uuid": i.uuid,
+        "memory_total": _raw(i.memory_total),
+        "power_limit_mw": _raw(i.power_limit, 1000.0),
+        "gpm_supported": i.gpm_supported,
+    }
+    if i.parent is not None:
+        d.update(parent=i.parent, mig=i.mig)
+    if i.partitioned:
+        d["partitioned"] = True
+    return d
+
+
 def record(
-    backend: NvmlBackend, seconds: float, interval: float, pid: int | None = None
+    backend: GpuBackend,
+    seconds: float,
+    interval: float,
+    pid: int | None = None,
+    *,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Sample ``backend`` every ``interval`` s for ``seconds`` s into a replay document."""
+    """Sample ``backend`` every ``interval`` s for ``seconds`` s (or until ``stop()`` is
+    true) into a replay document. GPUs in MIG mode are recorded with their instances
+    (``parent``/``mig`` devices); per-process SM utilization as ``process_util``."""
     n = backend.device_count()
     infos = [backend.device_info(i) for i in range(n)]
-    devices = [
-        {
-            "name": i.name,
-            "uuid": i.uuid,
-            "memory_total": _raw(i.memory_total),
-            "power_limit_mw": _raw(i.power_limit, 1000.0),
-            "gpm_supported": i.gpm_supported,
-        }
-        for i in infos
-    ]
+    devices = [_device(i) for i in infos]
     frames: list[dict[str, Any]] = []
     trial: set[int] = set()
     supported = True
@@ -71,7 +85,7 @@ def record(
     k = 0
     while True:
         now = time.monotonic() - t0
-        if now > seconds + 1e-9:
+        if now > seconds + 1e-9 or (stop is not None and stop() and frames):
             break
         if pid is not None:
             trial |= _tree(pid)
@@ -80,6 +94,7 @@ def record(
             r = backend.read(i.index)
             procs = backend.processes(i.index)
             gpm = backend.gpm(i.index) if i.gpm_supported else None
+            share = backend.process_util(i.index)
             if procs is None:
                 supported = False
             elif pid is None:
@@ -96,6 +111,7 @@ def record(
                     "energy_mj": _raw(r.energy_mj),
                     "gpm": gpm,
                     "processes": None if procs is None else [[p, _raw(u)] for p, u in procs],
+                    "process_util": None if share is None else [[p, round(u, 2)] for p, u in share],
                 }
             )
         frames.append({"t": round(now, 3), "devices": per})

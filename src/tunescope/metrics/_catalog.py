@@ -103,10 +103,11 @@ CATALOG: tuple[Metric, ...] = (
         "nvml",
         "gpu",
         "nvidia-smi --query-gpu=utilization.gpu",
-        "Percentage of the sample period in which one or more kernels ran on the GPU: the "
-        "mean of the driver's utilization samples since the previous sample "
-        "(nvmlDeviceGetSamples), else the driver's own last period. High values do not prove "
-        "useful work: compare with SM activity.",
+        "Percentage of the sample period in which one or more kernels ran on the GPU, by any "
+        "process: the whole device's, shared with whoever else runs on it (the trial's own "
+        "share is gpu.proc_util); the mean of the driver's utilization samples since the "
+        "previous sample (nvmlDeviceGetSamples), else the driver's own last period. High "
+        "values do not prove useful work: compare with SM activity.",
         headline=True,
         max_value=100.0,
     ),
@@ -234,6 +235,19 @@ CATALOG: tuple[Metric, ...] = (
         "the trial's own traffic in a container, the whole machine's when it shares the "
         "host's namespace (Linux keeps no per-process network counters).",
         scale=1 / _MIB,
+    ),
+    _m(
+        "gpu.proc_util",
+        "GPU Utilization (trial's processes)",
+        "%",
+        "nvml",
+        "gpu",
+        "nvidia-smi pmon -s u (sm %), summed over the trial's pids",
+        "SM utilization of the trial's own processes on the GPU: the share of the sample "
+        "period in which their kernels ran (NVML per-process samples), so trials packed on "
+        "one GPU each see their own. Absent on MIG instances and where the driver lists no "
+        "processes.",
+        max_value=100.0,
     ),
     _m(
         "gpu.mem.used",

@@ -87,6 +87,23 @@ def run(
     interval: Annotated[
         float, typer.Option("--interval", help="Seconds between samples (0.1 to 3600).")
     ] = 1.0,
+    job_id: Annotated[
+        str | None,
+        typer.Option(
+            "--job-id",
+            help="A multi-node job's id: every node run with the same id records into one "
+            "trial (else $TUNESCOPE_JOB_ID, torchrun's --rdzv-id, Slurm's job and step).",
+        ),
+    ] = None,
+    node_rank: Annotated[
+        int | None,
+        typer.Option(
+            "--node-rank",
+            min=0,
+            help="This node's rank in a multi-node job; node 0 records the trial's end "
+            "(else torchrun's --node-rank, $SLURM_NODEID, $NODE_RANK, $GROUP_RANK).",
+        ),
+    ] = None,
 ) -> None:
     """Run CMD as a trial: sample its process tree, record its end state.
 
@@ -99,7 +116,14 @@ def run(
     if cmd and cmd[0].startswith("-"):  # an unknown option before the command, not a command
         raise ConfigError(f"no such option: {cmd[0]} (tunescope's options go before the command)")
     code = run_command(
-        cmd or [], run=run_name, trial=trial, params=param or [], store=store, interval=interval
+        cmd or [],
+        run=run_name,
+        trial=trial,
+        params=param or [],
+        store=store,
+        interval=interval,
+        job_id=job_id,
+        node_rank=node_rank,
     )
     raise typer.Exit(code)
 

@@ -32,7 +32,10 @@ launcher). Ranks that are not in that tree (``mp.spawn`` starts them beside rank
 sampled: open the trial in the launching process instead (``with run.trial():`` around
 ``mp.spawn``, or ``tunescope run -- python train.py``): ranks that enter :func:`trial`
 after ``init_process_group`` join it, as replicas but for rank 0.
-The processes of other nodes are not sampled either: one sampler records a trial.
+On every other node, the node's first rank (``$LOCAL_RANK`` 0, a global rank other than 0)
+starts a *node sampler* over the same tree of its node (its torchrun agent's, else its own):
+its processes and GPUs join the trial under the node's host name; it records no events and
+never ends the trial, which rank 0 does once for the job.
 
 Events: a rank other than 0 joins as a *replica* (``Trial.replica``): the optimizer steps,
 evaluations, checkpoints and scalars of data-parallel training are the same on every rank, so
@@ -57,7 +60,7 @@ from typing import Any
 import tunescope.record as ts
 from tunescope._once import Once
 from tunescope.integrations._common import LOG
-from tunescope.store import redact, resolve_url
+from tunescope.store import TrialSpec, redact, resolve_url
 
 __all__ = ["DistributedTrial", "rank", "trial", "world_size"]
 
@@ -90,6 +93,16 @@ def world_size() -> int:
 
 def _under_torchrun() -> bool:
     return bool(os.environ.get("TORCHELASTIC_RUN_ID")) and os.getppid() > 1
+
+
+def _first_on_node(me: int) -> bool:
+    """Whether this rank is the first of a node other than rank 0's (``$LOCAL_RANK`` 0)."""
+    return me != 0 and os.environ.get("LOCAL_RANK", "").strip() == "0"
+
+
+def _sampled_root() -> int:
+    """The process whose tree a sampler of this rank watches: torchrun's agent, else us."""
+    return os.getppid() if _under_torchrun() else os.getpid()
 
 
 class _NoChannel(Exception):
@@ -181,12 +194,15 @@ class DistributedTrial:
                     "run": self._run.name,
                     "key": t.key,
                     "interval": self._run.interval,
+                    "sampler": sampler,
+                    "spec": None if t.spec is None else t.spec.doc(),
                 }
         finally:  # the other ranks wait for this, whatever happened
             self._share(payload, 0, timeout)
         if sampler and payload is not None and t.spec is not None:
-            root = os.getppid() if _under_torchrun() else os.getpid()
-            self._sampler = ts.Supervised(self._run.store_url, t.spec, root, self._run.interval)
+            self._sampler = ts.Supervised(
+                self._run.store_url, t.spec, _sampled_root(), self._run.interval
+            )
             self._sampler.ready(ts.ENTER_WAIT_S)
         return t
 
@@ -202,7 +218,27 @@ class DistributedTrial:
         os.environ.pop(ts.ENV_TRIAL_ID, None)
         os.environ.update(ts.trial_env(url, str(got["run"]), str(got["key"]), got["interval"]))
         self._run = ts.run()  # joins the trial the environment now names
-        return self._enter(self._run.trial())
+        t = self._enter(self._run.trial())
+        if got.get("sampler") and got.get("spec") and _first_on_node(rank()):
+            self._start_node_sampler(url, got)
+        return t
+
+    def _start_node_sampler(self, url: str, got: dict[str, Any]) -> None:
+        """This node's sampler, in the trial rank 0 opened (see the module doc)."""
+        try:
+            spec = TrialSpec.from_doc(got["spec"])
+            self._sampler = ts.Supervised(
+                url, spec, _sampled_root(), float(got["interval"]), node=True
+            )
+            self._sampler.ready(ts.ENTER_WAIT_S)
+        except Exception as exc:
+            _once.warn(
+                "dist-node-sampler",
+                "tunescope: rank %d cannot sample its node (%s: %s); the trial goes on without it",
+                rank(),
+                type(exc).__name__,
+                exc,
+            )
 
     def _share(self, payload: dict[str, Any] | None, me: int, timeout: float) -> Any:
         try:

@@ -108,7 +108,7 @@ class TrialData:
         self.trial = trial
         self.max_points = max_points
         self._series: dict[str, list[SeriesInfo]] | None = None
-        self._traces: dict[tuple[str, str | None], Trace | None] = {}
+        self._traces: dict[tuple[str, str | None, str | None], Trace | None] = {}
         self._evals: list[tuple[float, float]] | None = None
         self._steps: tuple[int, float | None, float | None] | None = None
         self._bounds: tuple[float, float] | None = None
@@ -130,11 +130,28 @@ class TrialData:
     def has(self, metric: str) -> bool:
         return metric in self._all_series()
 
-    def trace(self, metric: str, device: str | None = None) -> Trace | None:
-        """The series of ``metric`` on ``device``; None when there is none or it is empty."""
-        key = (metric, device)
+    def hosts(self, metric: str) -> list[str]:
+        """Hosts that have a series of ``metric`` (the nodes of a multi-node trial), sorted."""
+        return sorted({s.host for s in self._all_series().get(metric, [])})
+
+    def host_devices(self, metric: str, host: str) -> list[str | None]:
+        """Devices of ``host`` that have a series of ``metric``, in the store's order."""
+        return [s.device for s in self._all_series().get(metric, []) if s.host == host]
+
+    def trace(
+        self, metric: str, device: str | None = None, host: str | None = None
+    ) -> Trace | None:
+        """The series of ``metric`` on ``device`` of ``host`` (None: the trial's own host,
+        else the first in the store's order); None when there is none or it is empty."""
+        key = (metric, device, host)
         if key not in self._traces:
-            info = next((s for s in self._all_series().get(metric, []) if s.device == device), None)
+            found = [
+                s
+                for s in self._all_series().get(metric, [])
+                if s.device == device and (host is None or s.host == host)
+            ]
+            own = [s for s in found if s.host == self.trial.host]
+            info = (own or found or [None])[0]
             self._traces[key] = None if info is None else self._load(info)
         return self._traces[key]
 

@@ -351,6 +351,23 @@ class FindingSettings:
         f"{OURS}, the under-used threshold (gpu_underused_util_pct): a GPU busier than "
         "that is not mostly waiting, so fewer SMs may lengthen the run",
     )
+    # --- straggler node
+    straggler_gap_pct: Setting = Setting(
+        25.0,
+        "%",
+        "How far one node of a multi-node trial must lag the median of the others, as a "
+        "share of the busier side, to be reported as the straggler: its mean GPU utilization "
+        "that much lower, or, without GPUs, its processes' mean CPU that much higher (the "
+        "others wait for it in every collective).",
+        f"{OURS} (the issue: 25% lower GPU utilization than the median of the other nodes)",
+    )
+    straggler_min_diff_pct: Setting = Setting(
+        5.0,
+        "%",
+        "Smallest difference, in percentage points, between the straggler's mean and the "
+        "others' median (nodes that all idle differ by noise alone).",
+        f"{OURS}, the idle-GPU threshold (idle_gpu_util_pct)",
+    )
     # --- data sufficiency
     min_samples: Setting = Setting(
         5, "samples", "Fewest samples of a series (while training) before a rule judges it.", OURS

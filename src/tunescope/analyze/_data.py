@@ -123,35 +123,32 @@ class TrialData:
             self._series = grouped
         return self._series
 
-    def devices(self, metric: str) -> list[str | None]:
-        """Devices that have a series of ``metric``, in the store's order."""
-        return [s.device for s in self._all_series().get(metric, [])]
+    def hosts(self) -> list[str]:
+        """The hosts the trial has series on, sorted (several for a multi-node trial)."""
+        return sorted({s.host for infos in self._all_series().values() for s in infos})
+
+    def devices(self, metric: str, host: str | None = None) -> list[str | None]:
+        """Devices that have a series of ``metric`` on ``host`` (None: on any host), each
+        once, in the store's order."""
+        infos = self._all_series().get(metric, [])
+        return list(dict.fromkeys(s.device for s in infos if host is None or s.host == host))
 
     def has(self, metric: str) -> bool:
         return metric in self._all_series()
 
-    def hosts(self, metric: str) -> list[str]:
-        """Hosts that have a series of ``metric`` (the nodes of a multi-node trial), sorted."""
-        return sorted({s.host for s in self._all_series().get(metric, [])})
-
-    def host_devices(self, metric: str, host: str) -> list[str | None]:
-        """Devices of ``host`` that have a series of ``metric``, in the store's order."""
-        return [s.device for s in self._all_series().get(metric, []) if s.host == host]
-
     def trace(
         self, metric: str, device: str | None = None, host: str | None = None
     ) -> Trace | None:
-        """The series of ``metric`` on ``device`` of ``host`` (None: the trial's own host,
-        else the first in the store's order); None when there is none or it is empty."""
+        """The series of ``metric`` on ``device`` of ``host``; None when there is none or it
+        is empty. ``host`` None: the trial's own host's series when it has one, else the
+        first host's by name (a multi-node trial's other nodes are read by naming them)."""
         key = (metric, device, host)
         if key not in self._traces:
-            found = [
-                s
-                for s in self._all_series().get(metric, [])
-                if s.device == device and (host is None or s.host == host)
-            ]
-            own = [s for s in found if s.host == self.trial.host]
-            info = (own or found or [None])[0]
+            mine = [s for s in self._all_series().get(metric, []) if s.device == device]
+            if host is not None:
+                mine = [s for s in mine if s.host == host]
+            own = [s for s in mine if s.host == self.trial.host]
+            info = (own or mine or [None])[0]
             self._traces[key] = None if info is None else self._load(info)
         return self._traces[key]
 

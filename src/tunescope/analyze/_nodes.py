@@ -40,7 +40,7 @@ def _host_mean(d: TrialData, metric: str, host: str, least: float) -> tuple[floa
     """Sample-weighted mean of ``metric`` over ``host``'s devices while training, and the
     samples it rests on; NaN when fewer than ``least`` samples."""
     total = weight = 0.0
-    for device in d.host_devices(metric, host):
+    for device in d.devices(metric, host):
         tr = d.trace(metric, device, host)
         if tr is None:
             continue
@@ -84,9 +84,9 @@ class StragglerNode(Rule[Straggling]):
 
     def measure(self, c: Case) -> Straggling | None:
         d, s = c.d, c.s
-        gpu_hosts = d.hosts("gpu.util")
+        gpu_hosts = [h for h in d.hosts() if d.devices("gpu.util", h)]
         metric, lower = ("gpu.util", True) if len(gpu_hosts) >= 2 else ("cpu.util", False)
-        hosts = gpu_hosts if lower else d.hosts("cpu.util")
+        hosts = gpu_hosts if lower else [h for h in d.hosts() if d.devices("cpu.util", h)]
         means: dict[str, float] = {}
         samples: dict[str, int] = {}
         for h in hosts:

@@ -110,7 +110,8 @@ def run(
     Example: tunescope run --run sweep --param lr=3e-4 -- python train.py --run 7
     tunescope's options go before CMD; everything from CMD's first word on (here
     --run 7 too) is CMD's, with or without --. CMD's exit code is passed through (128+N
-    when killed by signal N)."""
+    when killed by signal N). Run on every node of a multi-node job, the nodes record one
+    trial (see --job-id); node rank 0 records its end."""
     from tunescope.cli._run import run_command
 
     if cmd and cmd[0].startswith("-"):  # an unknown option before the command, not a command

@@ -2,7 +2,9 @@
 name and process tree), torchrun ``--nnodes 2`` with one gloo DDP rank per node, one node
 slowed by extra CPU work every step. The job records one trial holding both nodes' series, its
 optimizer steps once, its end once both nodes are done, and a straggler finding naming the
-slow node; through ``tunescope run`` on each node, and through the SDK alone."""
+slow node; through ``tunescope run`` on each node, through the SDK alone, and through
+``tunescope run`` on the first node only with the SDK in the script (the other node's rank
+gets the trial from rank 0 rather than waiting for it)."""
 
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ TRAIN = """
             opt.step()
         dist.barrier()
 
-    if how == "sdk":  # no tunescope run: rank 0 opens the trial, node 1's rank joins it
+    if how in ("sdk", "head"):  # rank 0 opens (or joins) the trial, node 1's rank joins it
         with tsd.trial(run="mn", name="ddp", store=store, interval=0.2):
             dist.init_process_group("gloo")
             train()
@@ -109,9 +111,11 @@ def start_node(
         str(STEPS),
         SLOW,
     ]
+    tunescope = [sys.executable, "-m", "tunescope", "run", "--store", db, "--run", "mn"]
     if how == "cli":  # the job id alone; the node rank is torchrun's
-        tunescope = [sys.executable, "-m", "tunescope", "run", "--store", db, "--run", "mn"]
         torchrun = [*tunescope, "--job-id", "job-1", "--interval", "0.2", "--", *torchrun]
+    elif how == "head" and rank == 0:  # tunescope run on the first node only
+        torchrun = [*tunescope, "--interval", "0.2", "--", *torchrun]
     unshare = ["unshare", "--uts", "--pid", "--fork", "--mount-proc"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TUNESCOPE_", "SLURM_"))}
     env["OMP_NUM_THREADS"] = "1"
@@ -124,7 +128,7 @@ def start_node(
     )
 
 
-@pytest.mark.parametrize("how", ["cli", "sdk"])
+@pytest.mark.parametrize("how", ["cli", "sdk", "head"])
 def test_two_nodes_record_one_trial_with_both_hosts_and_name_the_straggler(
     tmp_path: Path, how: str
 ) -> None:
@@ -139,7 +143,7 @@ def test_two_nodes_record_one_trial_with_both_hosts_and_name_the_straggler(
     with open_store(db) as st:
         (trial,) = st.list_trials(st.get_run("mn").id)
         assert trial.state == "completed"
-        if how == "cli":  # node 0's command, which ends once both nodes are done
+        if how != "sdk":  # node 0's command, which ends once both nodes are done
             assert st.exit_code(trial.id) == 0
         assert set(st.hosts(trial.id)) == {"node-a", SLOW}
         cpu = {s.host: s for s in st.list_series(trial.id, "cpu.util")}

@@ -54,6 +54,12 @@ TORCHRUN = ["torchrun", "--nnodes", "2", "--node-rank", "1", "--rdzv-id", "abc"]
             Job("x", "torchrun --rdzv-id", 3),
         ),
         (
+            ["accelerate", "launch", "--num_machines", "2", "--machine_rank", "1", "t.py"],
+            {"job_id": "acc"},
+            {"NODE_RANK": "0"},
+            Job("acc", "--job-id", 1),
+        ),
+        (
             ["python", "t.py"],
             {},
             {

@@ -101,7 +101,8 @@ def run(
             "--node-rank",
             min=0,
             help="This node's rank in a multi-node job; node 0 records the trial's end "
-            "(else torchrun's --node-rank, $SLURM_NODEID, $NODE_RANK, $GROUP_RANK).",
+            "(else torchrun's --node-rank or accelerate's --machine_rank, $SLURM_NODEID, "
+            "$NODE_RANK, $GROUP_RANK).",
         ),
     ] = None,
 ) -> None:

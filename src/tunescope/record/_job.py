@@ -14,7 +14,8 @@ The job id, first found of:
   more than one node (``$SLURM_STEP_NUM_NODES``, else ``$SLURM_NNODES``).
 
 The node rank, first found of: ``--node-rank``, torchrun's ``--node-rank`` / ``--node_rank``
-in the command, ``$SLURM_NODEID``, ``$NODE_RANK``, ``$GROUP_RANK``. A job without one is
+(or ``accelerate launch``'s ``--machine_rank``) in the command, ``$SLURM_NODEID``,
+``$NODE_RANK``, ``$GROUP_RANK``. A job without one is
 refused (ConfigError): two primaries would both end the trial.
 """
 
@@ -54,14 +55,17 @@ def job_key(project: str, run: str, job_id: str, ordinal: str = "") -> str:
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
-def _torchrun_args(command: Sequence[str]) -> list[str] | None:
+def _launcher_args(command: Sequence[str]) -> list[str] | None:
     """The arguments of a torchrun command (``torchrun ...`` or ``python -m
-    torch.distributed.run ...``), up to its script; None for another command."""
+    torch.distributed.run ...``) or of ``accelerate launch ...``, up to its script; None for
+    another command."""
     cmd = list(command)
     if cmd and os.path.basename(cmd[0]) == "torchrun":
         args = cmd[1:]
     elif len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in ("torch.distributed.run", "torchrun"):
         args = cmd[3:]
+    elif len(cmd) >= 2 and os.path.basename(cmd[0]) == "accelerate" and cmd[1] == "launch":
+        args = cmd[2:]
     else:
         return None
     out: list[str] = []
@@ -120,7 +124,7 @@ def find_job(
     """The multi-node job ``command`` runs in (see the module doc), or None outside one.
     Raises ConfigError for a job without a node rank, or a malformed one."""
     env = os.environ if env is None else env
-    targs = _torchrun_args(command) or []
+    targs = _launcher_args(command) or []
     found: tuple[str, str] | None = None
     if job_id is not None:
         if not job_id.strip():
@@ -143,7 +147,8 @@ def find_job(
         return None
     rank = node_rank
     if rank is None:
-        rank = _int(_option(targs, "--node-rank", "--node_rank"), "torchrun's --node-rank")
+        names = ("--node-rank", "--node_rank", "--machine_rank", "--machine-rank")
+        rank = _int(_option(targs, *names), "the launcher's --node-rank")
     for var in _NODE_VARS:
         if rank is None:
             rank = _int(env.get(var), f"${var}")

@@ -148,8 +148,8 @@ class TrialData:
             if host is not None:
                 mine = [s for s in mine if s.host == host]
             own = [s for s in mine if s.host == self.trial.host]
-            info = (own or mine or [None])[0]
-            self._traces[key] = None if info is None else self._load(info)
+            pick = own or mine
+            self._traces[key] = self._load(pick[0]) if pick else None
         return self._traces[key]
 
     def _load(self, info: SeriesInfo) -> Trace | None:

@@ -9,7 +9,6 @@ gets the trial from rank 0 rather than waiting for it)."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -21,11 +20,7 @@ import pytest
 from tunescope.analyze import findings_for_trial
 from tunescope.store import open_store
 
-pytestmark = [
-    pytest.mark.ml,
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare"),
-]
+pytestmark = [pytest.mark.ml, pytest.mark.slow]
 
 STEPS = 40
 SLOW = "node-b"

@@ -100,6 +100,10 @@ PUBLIC = {
         "ENV_TRIAL_KEY",
         "process_rank",
         "trial_env",
+        "ENV_JOB_ID",
+        "Job",
+        "find_job",
+        "job_key",
     },
 }
 

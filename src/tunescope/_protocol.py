@@ -18,6 +18,11 @@ it is the command's parent and knows its exit code whoever else dies. Its status
 file descriptor ``--status-fd``: ``pid N`` once the command is started, ``exit CODE`` once
 it ended (CODE as a shell gives it: 128 + N after signal N).
 
+Node samplers (``--node``, either mode): a multi-node trial has one sampler per node; the
+one on node rank 0 is the primary and behaves as above; the others sample their node only and
+never end the trial (``exit CODE``, the root's end and the command's exit leave its state
+alone) nor record events.
+
 Environment: the store URL (password included) comes in ``TUNESCOPE_STORE`` and never on
 the command line; the trial's spec (to create it if the store has not seen it yet) in
 :data:`ENV_SPEC`.
@@ -33,6 +38,7 @@ __all__ = [
     "EXIT_BAD_ARGS",
     "EXIT_CANNOT_START",
     "MODULE",
+    "NODE",
     "PID",
     "READY",
     "STOP",
@@ -44,6 +50,7 @@ READY = "ready"
 STOP = "stop"
 EXIT = "exit"
 PID = "pid"
+NODE = "--node"
 ENV_SPEC = "TUNESCOPE_SAMPLER_SPEC"
 EXIT_CANNOT_START = 1
 EXIT_BAD_ARGS = 2

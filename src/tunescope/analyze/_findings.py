@@ -14,6 +14,7 @@ from typing import Any
 from tunescope.analyze._data import TrialData
 from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo
 from tunescope.analyze._gpus import BusyNotWorking, GpuUnderused, IdleGpu, NearOomGpu
+from tunescope.analyze._nodes import StragglerNode
 from tunescope.analyze._pack import PackTrials
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType, RightSize
 from tunescope.analyze._rule import Rule
@@ -30,6 +31,7 @@ FINDINGS: tuple[Rule[Any], ...] = (
     GpuUnderused(),
     BusyNotWorking(),
     CpuBound(),
+    StragglerNode(),
     IdleGpu(),
     MemoryGrowth(),
     EvalMemorySpike(),

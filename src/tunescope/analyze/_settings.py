@@ -367,6 +367,23 @@ class FindingSettings:
         "GPU with others (on every GPU it uses).",
         f"{OURS} (the issue): a quarter of the GPU's time, so four such trials fit on one",
     )
+    # --- straggler node
+    straggler_gap_pct: Setting = Setting(
+        25.0,
+        "%",
+        "How far one node of a multi-node trial must lag the median of the others, as a "
+        "share of the busier side, to be reported as the straggler: its mean GPU utilization "
+        "that much lower, or, without GPUs, its processes' mean CPU that much higher (the "
+        "others wait for it in every collective).",
+        f"{OURS} (the issue: 25% lower GPU utilization than the median of the other nodes)",
+    )
+    straggler_min_diff_pct: Setting = Setting(
+        5.0,
+        "%",
+        "Smallest difference, in percentage points, between the straggler's mean and the "
+        "others' median (nodes that all idle differ by noise alone).",
+        f"{OURS}, the idle-GPU threshold (idle_gpu_util_pct)",
+    )
     # --- data sufficiency
     min_samples: Setting = Setting(
         5, "samples", "Fewest samples of a series (while training) before a rule judges it.", OURS

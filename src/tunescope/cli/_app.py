@@ -87,19 +87,45 @@ def run(
     interval: Annotated[
         float, typer.Option("--interval", help="Seconds between samples (0.1 to 3600).")
     ] = 1.0,
+    job_id: Annotated[
+        str | None,
+        typer.Option(
+            "--job-id",
+            help="A multi-node job's id: every node run with the same id records into one "
+            "trial (else $TUNESCOPE_JOB_ID, torchrun's --rdzv-id, Slurm's job and step).",
+        ),
+    ] = None,
+    node_rank: Annotated[
+        int | None,
+        typer.Option(
+            "--node-rank",
+            min=0,
+            help="This node's rank in a multi-node job; node 0 records the trial's end "
+            "(else torchrun's --node-rank or accelerate's --machine_rank, $SLURM_NODEID, "
+            "$NODE_RANK, $GROUP_RANK).",
+        ),
+    ] = None,
 ) -> None:
     """Run CMD as a trial: sample its process tree, record its end state.
 
     Example: tunescope run --run sweep --param lr=3e-4 -- python train.py --run 7
     tunescope's options go before CMD; everything from CMD's first word on (here
     --run 7 too) is CMD's, with or without --. CMD's exit code is passed through (128+N
-    when killed by signal N)."""
+    when killed by signal N). Run on every node of a multi-node job, the nodes record one
+    trial (see --job-id); node rank 0 records its end."""
     from tunescope.cli._run import run_command
 
     if cmd and cmd[0].startswith("-"):  # an unknown option before the command, not a command
         raise ConfigError(f"no such option: {cmd[0]} (tunescope's options go before the command)")
     code = run_command(
-        cmd or [], run=run_name, trial=trial, params=param or [], store=store, interval=interval
+        cmd or [],
+        run=run_name,
+        trial=trial,
+        params=param or [],
+        store=store,
+        interval=interval,
+        job_id=job_id,
+        node_rank=node_rank,
     )
     raise typer.Exit(code)
 

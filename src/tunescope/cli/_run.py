@@ -40,8 +40,11 @@ from tunescope.record import (
     ENTER_WAIT_S,
     MAX_RESTARTS,
     Background,
+    Job,
     SamplerHandle,
     check_mode,
+    find_job,
+    job_key,
     start_sampler,
     trial_env,
 )
@@ -121,9 +124,20 @@ def _subreaper() -> bool:
         return False
 
 
-def _create_trial(url: str, spec: TrialSpec) -> tuple[int, str]:
-    """Create the trial; a ``--trial`` name its run already has is refused (Conflict)."""
+def _create_trial(url: str, spec: TrialSpec, job: Job | None) -> tuple[int, str]:
+    """Create the trial; a ``--trial`` name its run already has is refused (Conflict). In a
+    multi-node ``job`` the trial another node created is joined, while it runs; one that
+    ended is refused (the job id was used before)."""
     with open_store(url) as st:
+        if job is not None:
+            with contextlib.suppress(NotFound):
+                known = st.trial_by_key(spec.key)
+                if known.state != "running":
+                    raise ConfigError(
+                        f"job {job.id!r} already recorded trial {known.name!r} of run "
+                        f"{spec.run!r} ({known.state}): give another --job-id, --run or --trial"
+                    )
+                return known.id, known.name
         if spec.name is not None:
             with contextlib.suppress(NotFound):
                 taken = st.find_trial(st.get_run(spec.run, project=spec.project).id, spec.name)
@@ -140,6 +154,8 @@ def run_command(
     params: Sequence[str],
     store: str | None,
     interval: float,
+    job_id: str | None = None,
+    node_rank: int | None = None,
 ) -> int:
     """Run ``cmd`` as a trial; returns its exit code (128 + N when killed by signal N).
 
@@ -147,7 +163,11 @@ def run_command(
     the command, the interval and the store (a store that does not answer within
     ENTER_WAIT_S is not waited for: the command starts and its data is spooled). With
     ``$TUNESCOPE_MODE=disabled`` the process becomes ``cmd`` once the parameters, interval
-    and command are checked: nothing is recorded and the exit code is the command's own."""
+    and command are checked: nothing is recorded and the exit code is the command's own.
+
+    In a multi-node job (``job_id``, ``node_rank``: see ``record/_job.py``) every node's
+    command records into one trial whose key the nodes derive alike; the node of rank 0
+    records its end, the others sample their node only."""
     if not cmd:
         raise ConfigError("no command given: use tunescope run [OPTIONS] [--] CMD [ARGS...]")
     parsed = parse_params(params)
@@ -159,31 +179,38 @@ def run_command(
         sys.stdout.flush()
         sys.stderr.flush()
         os.execvp(cmd[0], list(cmd))
+    job = find_job(cmd, job_id=job_id, node_rank=node_rank)
     url = absolute_url(store)
-    run_name = run or f"{os.path.basename(cmd[0])}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = job.id if job is not None else time.strftime("%Y%m%d-%H%M%S")
+    run_name = run or f"{os.path.basename(cmd[0])}-{stamp}"
     if not run_name.strip():
         raise ConfigError("--run must not be empty")
+    project = project_of(url)
     spec = TrialSpec(
-        key=new_key(),
+        key=new_key() if job is None else job_key(project, run_name, job.id, trial or ""),
         run=run_name,
         name=trial,
         params=parsed,
         host=socket.gethostname(),
         start=time.time(),
         interval=interval,
-        project=project_of(url),
+        project=project,
         os_user=os_user(),
     )
-    probe = Background(lambda: _create_trial(url, spec), "tunescope-run-probe")
+    probe = Background(lambda: _create_trial(url, spec, job), "tunescope-run-probe")
     probe.wait(ENTER_WAIT_S)
     err = probe.error
     if isinstance(err, ConfigError):
         raise err
     if isinstance(err, StoreError) and not isinstance(err, StoreUnavailable):
         raise err  # a store that can never take this trial: bad input, nothing started
+    where = "" if job is None else f" (job {job.id}, node {job.node_rank})"
     if probe.value is not None:
         tid, name = probe.value
-        print(f"tunescope: run {run_name!r} trial {name!r} -> {redact(url)}", file=sys.stderr)
+        print(
+            f"tunescope: run {run_name!r} trial {name!r}{where} -> {redact(url)}",
+            file=sys.stderr,
+        )
     else:
         tid = None
         why = err if err is not None else f"no answer within {ENTER_WAIT_S:g} s"
@@ -195,17 +222,28 @@ def run_command(
     env = dict(os.environ)
     env.update(trial_env(url, run_name, spec.key, interval, trial_id=tid))
     env[protocol.ENV_SPEC] = spec.to_json()
-    return _Wrapper(cmd, url, spec, env).run()
+    node = job is not None and not job.primary
+    return _Wrapper(cmd, url, spec, env, node=node).run()
 
 
 class _Wrapper:
-    """Starts the sampler in run mode and supervises it until the command ends."""
+    """Starts the sampler in run mode and supervises it until the command ends. ``node``:
+    its samplers are node samplers (a multi-node trial's node other than rank 0)."""
 
-    def __init__(self, cmd: Sequence[str], url: str, spec: TrialSpec, env: dict[str, str]):
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        url: str,
+        spec: TrialSpec,
+        env: dict[str, str],
+        *,
+        node: bool = False,
+    ):
         self.cmd = list(cmd)
         self.url = url
         self.spec = spec
         self.env = env
+        self.node = node
         self.child: int | None = None
         self.code: int | None = None
         self.watcher: SamplerHandle | None = None
@@ -258,6 +296,7 @@ class _Wrapper:
             str(w),
             "--stderr-fd",
             str(err),
+            *([protocol.NODE] if self.node else []),
             "--exec",
             "--",
             *self.cmd,
@@ -285,7 +324,7 @@ class _Wrapper:
     def _start_watcher(self, gap_since: float | None = None) -> None:
         assert self.child is not None
         self.watcher = start_sampler(
-            self.url, self.spec, self.child, self.spec.interval, gap_since=gap_since
+            self.url, self.spec, self.child, self.spec.interval, gap_since=gap_since, node=self.node
         )
 
     # ------------------------------------------------------------------ the loop

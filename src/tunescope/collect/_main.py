@@ -14,6 +14,11 @@ process ends without a ``stop``: ``failed`` (if no one recorded another end firs
 ``$TUNESCOPE_LINGER`` seconds (default :data:`LINGER_S`) to take what it holds, spools what is
 left, and, once the store is back, replays the spool files other processes released (a
 training that ended while the store was away hands its last batches over that way).
+
+A *node sampler* (``--node``) samples one node of a multi-node trial (its samples and
+heartbeats, under its host name) and never ends the trial nor records events: the primary
+sampler, on node rank 0, does both once for the whole job. In run mode it still reports the
+command's exit code on the status descriptor.
 """
 
 from __future__ import annotations
@@ -84,6 +89,12 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="this sampler replaces one that died, last seen alive at epoch T",
+    )
+    p.add_argument(
+        "--node",
+        action="store_true",
+        help="node sampler: sample this node's part of a multi-node trial; the primary "
+        "sampler (node rank 0) records the trial's end and events, this one neither",
     )
     p.add_argument(
         "--status-fd",
@@ -219,7 +230,13 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     try:
         gpu: GpuBackend | None = open_gpu_backend(root.pid, log=log)
         sampler = Sampler(
-            writer, key, root.pid, args.interval, gpu=gpu, log=log, gap_since=args.gap_since
+            writer,
+            key,
+            root.pid,
+            args.interval,
+            gpu=gpu,
+            log=log,
+            gap_since=None if args.node else args.gap_since,
         )
     except TunescopeError as exc:
         logger.error("cannot start: %s", exc)
@@ -233,7 +250,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
             out.write(protocol.READY + "\n")
             out.flush()
     sampler.run(stop.event, root)
-    end = _how_it_ended(stop, root)
+    end = None if args.node else _how_it_ended(stop, root)
     if command and root.code is not None:
         status.say(f"{protocol.EXIT} {root.code}")  # tunescope run exits now; we write on
     sampler.finish(end)

@@ -11,7 +11,9 @@ How the ranks agree on one trial:
 
 * In a process started inside a trial (``tunescope run -- torchrun ...``, which sets
   ``TUNESCOPE_TRIAL_KEY``): every rank joins that trial, and the command's sampler watches the
-  whole tree (torchrun's agent and its workers).
+  whole tree (torchrun's agent and its workers). When ranks run on other nodes, rank 0 also
+  hands the trial over through torchrun's agent store (below), so that the ranks of a node
+  that no ``tunescope run`` wraps join it too rather than wait for a hand-over.
 * Otherwise, with more than one rank: rank 0 opens the trial and hands its key to the other
   ranks, which join it (through the ``TUNESCOPE_*`` variables, so their child processes join
   too). No password crosses the wire: each rank uses its own URL for the store (the one rank 0
@@ -32,7 +34,10 @@ launcher). Ranks that are not in that tree (``mp.spawn`` starts them beside rank
 sampled: open the trial in the launching process instead (``with run.trial():`` around
 ``mp.spawn``, or ``tunescope run -- python train.py``): ranks that enter :func:`trial`
 after ``init_process_group`` join it, as replicas but for rank 0.
-The processes of other nodes are not sampled either: one sampler records a trial.
+On every other node, the node's first rank (``$LOCAL_RANK`` 0, a global rank other than 0)
+starts a *node sampler* over the same tree of its node (its torchrun agent's, else its own):
+its processes and GPUs join the trial under the node's host name; it records no events and
+never ends the trial, which rank 0 does once for the job.
 
 Events: a rank other than 0 joins as a *replica* (``Trial.replica``): the optimizer steps,
 evaluations, checkpoints and scalars of data-parallel training are the same on every rank, so
@@ -48,6 +53,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -57,7 +64,7 @@ from typing import Any
 import tunescope.record as ts
 from tunescope._once import Once
 from tunescope.integrations._common import LOG
-from tunescope.store import redact, resolve_url
+from tunescope.store import TrialSpec, project_of, redact, resolve_url
 
 __all__ = ["DistributedTrial", "rank", "trial", "world_size"]
 
@@ -92,24 +99,60 @@ def _under_torchrun() -> bool:
     return bool(os.environ.get("TORCHELASTIC_RUN_ID")) and os.getppid() > 1
 
 
+def _first_on_node(me: int) -> bool:
+    """Whether this rank is the first of a node other than rank 0's (``$LOCAL_RANK`` 0)."""
+    return me != 0 and os.environ.get("LOCAL_RANK", "").strip() == "0"
+
+
+def _sampled_root() -> int:
+    """The process whose tree a sampler of this rank watches: torchrun's agent, else us."""
+    return os.getppid() if _under_torchrun() else os.getpid()
+
+
 class _NoChannel(Exception):
     """The ranks have no way to talk yet."""
 
 
-def _exchange(payload: dict[str, Any] | None, me: int, timeout: float) -> dict[str, Any] | None:
-    """Rank 0's ``payload`` on every rank (see the module doc for the channel)."""
+def _agent_store() -> tuple[str, int] | None:
+    """The address of the store torchrun's agent serves, when it serves one."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and addr and port:
+        try:
+            return addr, int(port)
+        except ValueError:
+            return None
+    return None
+
+
+def _other_nodes(n: int) -> bool:
+    """Whether some of the ``n`` ranks run on another node than this one."""
+    try:
+        return int(os.environ.get("LOCAL_WORLD_SIZE") or n) < n
+    except ValueError:
+        return False
+
+
+def _exchange(
+    payload: dict[str, Any] | None, me: int, timeout: float, *, agent_only: bool = False
+) -> dict[str, Any] | None:
+    """Rank 0's ``payload`` on every rank (see the module doc for the channel).
+    ``agent_only``: through torchrun's agent store or not at all (rank 0 publishing for
+    whoever asks; no collective call)."""
     import torch.distributed as dist
 
     key = f"{_KEY_PREFIX}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{next(_calls)}"
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and addr and port:
+    agent = _agent_store()
+    if agent is not None:
+        addr, port = agent
         wait = timedelta(seconds=timeout)
-        store = dist.TCPStore(addr, int(port), is_master=False, timeout=wait)  # type: ignore[attr-defined]
+        store = dist.TCPStore(addr, port, is_master=False, timeout=wait)  # type: ignore[attr-defined]
         if me == 0:
             store.set(key, json.dumps(payload))
             return payload
         value: dict[str, Any] | None = json.loads(store.get(key))
         return value
+    if agent_only:
+        return payload
     if dist.is_available() and dist.is_initialized():
         group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         box: list[Any] = [payload]
@@ -154,8 +197,12 @@ class DistributedTrial:
         me, n = rank(), world_size()
         if ts.disabled() or ts.ENV_TRIAL_KEY in os.environ or n == 1:
             # disabled (a no-op run: nothing shared), joined through the environment, or alone
+            joined = ts.ENV_TRIAL_KEY in os.environ and not ts.disabled()
             self._run = ts.run(run_name, store=store, interval=interval, sampler=sampler)
-            return self._enter(self._run.trial(name, params=params))
+            t = self._enter(self._run.trial(name, params=params))
+            if joined and me == 0 and _other_nodes(n) and _agent_store() is not None:
+                self._publish(t, sampler, timeout)
+            return t
         if me == 0:
             return self._open_rank0(run_name, name, params, store, interval, sampler, timeout)
         return self._join(timeout)
@@ -181,14 +228,41 @@ class DistributedTrial:
                     "run": self._run.name,
                     "key": t.key,
                     "interval": self._run.interval,
+                    "sampler": sampler,
+                    "spec": None if t.spec is None else t.spec.doc(),
                 }
         finally:  # the other ranks wait for this, whatever happened
             self._share(payload, 0, timeout)
         if sampler and payload is not None and t.spec is not None:
-            root = os.getppid() if _under_torchrun() else os.getpid()
-            self._sampler = ts.Supervised(self._run.store_url, t.spec, root, self._run.interval)
+            self._sampler = ts.Supervised(
+                self._run.store_url, t.spec, _sampled_root(), self._run.interval
+            )
             self._sampler.ready(ts.ENTER_WAIT_S)
         return t
+
+    def _publish(self, t: ts.Trial, sampler: bool, timeout: float) -> None:
+        """Rank 0, in a trial joined through the environment: hand it over through the
+        agent store to the ranks of nodes that no ``tunescope run`` wraps (module doc)."""
+        run = self._run
+        if run is None or not t.recording or t.key is None:
+            return
+        payload = {
+            "store": run.url,
+            "run": run.name,
+            "key": t.key,
+            "interval": run.interval,
+            "sampler": sampler,
+            "spec": None,  # the trial's owner holds it; the trial exists or is on its way
+        }
+        try:
+            _exchange(payload, 0, timeout, agent_only=True)
+        except Exception as exc:
+            _once.warn(
+                "dist-publish",
+                "tunescope: rank 0 could not hand the trial to other nodes (%s: %s)",
+                type(exc).__name__,
+                exc,
+            )
 
     def _join(self, timeout: float) -> ts.Trial:
         got = self._share(None, rank(), timeout)
@@ -202,7 +276,37 @@ class DistributedTrial:
         os.environ.pop(ts.ENV_TRIAL_ID, None)
         os.environ.update(ts.trial_env(url, str(got["run"]), str(got["key"]), got["interval"]))
         self._run = ts.run()  # joins the trial the environment now names
-        return self._enter(self._run.trial())
+        t = self._enter(self._run.trial())
+        if got.get("sampler") and _first_on_node(rank()):
+            self._start_node_sampler(url, got)
+        return t
+
+    def _start_node_sampler(self, url: str, got: dict[str, Any]) -> None:
+        """This node's sampler, in the trial rank 0 opened (see the module doc)."""
+        try:
+            if got.get("spec"):
+                spec = TrialSpec.from_doc(got["spec"])
+            else:  # the trial's spec stays with its owner: this one only names it
+                spec = TrialSpec(
+                    key=str(got["key"]),
+                    run=str(got["run"]),
+                    host=socket.gethostname(),
+                    start=time.time(),
+                    interval=float(got["interval"]),
+                    project=project_of(url),
+                )
+            self._sampler = ts.Supervised(
+                url, spec, _sampled_root(), float(got["interval"]), node=True
+            )
+            self._sampler.ready(ts.ENTER_WAIT_S)
+        except Exception as exc:
+            _once.warn(
+                "dist-node-sampler",
+                "tunescope: rank %d cannot sample its node (%s: %s); the trial goes on without it",
+                rank(),
+                type(exc).__name__,
+                exc,
+            )
 
     def _share(self, payload: dict[str, Any] | None, me: int, timeout: float) -> Any:
         try:

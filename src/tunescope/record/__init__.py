@@ -70,6 +70,7 @@ from tunescope.record._env import (
     process_rank,
     trial_env,
 )
+from tunescope.record._job import ENV_JOB_ID, Job, find_job, job_key
 from tunescope.record._launch import MAX_RESTARTS, SamplerHandle, Supervised, start_sampler
 from tunescope.record._mode import ENV_MODE, ENV_QUIET, MODES, check_mode, disabled
 from tunescope.record._run import ENTER_WAIT_S, Background, Run, current_trial, run
@@ -78,6 +79,7 @@ from tunescope.record._trial import EXIT_WAIT_S, Trial
 __all__ = [
     "ENTER_WAIT_S",
     "ENV_INTERVAL",
+    "ENV_JOB_ID",
     "ENV_MODE",
     "ENV_QUIET",
     "ENV_RUN",
@@ -89,6 +91,7 @@ __all__ = [
     "MAX_RESTARTS",
     "MODES",
     "Background",
+    "Job",
     "Run",
     "SamplerHandle",
     "Supervised",
@@ -96,6 +99,8 @@ __all__ = [
     "check_mode",
     "current_trial",
     "disabled",
+    "find_job",
+    "job_key",
     "process_rank",
     "run",
     "start_sampler",

@@ -171,12 +171,15 @@ def start_sampler(
     *,
     gap_since: float | None = None,
     ready_timeout: float = 0.0,
+    node: bool = False,
     module: str = protocol.MODULE,
 ) -> SamplerHandle | None:
     """Start the sampler of the trial ``spec`` names, watching the process tree of ``pid``;
     wait up to ``ready_timeout`` s for its first sample. ``gap_since``: the sampler replaces
-    one that died; it records the gap since then. Returns None (after one warning) if it
-    cannot start or exits before it is ready; never raises. ``module`` is for tests."""
+    one that died; it records the gap since then. ``node``: a node sampler, which samples
+    this node's part of a multi-node trial and never ends it (``tunescope/_protocol.py``).
+    Returns None (after one warning) if it cannot start or exits before it is ready; never
+    raises. ``module`` is for tests."""
     cmd = [
         sys.executable,
         "-m",
@@ -190,6 +193,8 @@ def start_sampler(
     ]
     if gap_since is not None:
         cmd += ["--gap-since", repr(float(gap_since))]
+    if node:
+        cmd.append(protocol.NODE)
     env = dict(os.environ)
     env[ENV_STORE] = store_url
     env[protocol.ENV_SPEC] = spec.to_json()
@@ -255,14 +260,17 @@ class Supervised:
     """A trial's sampler, kept alive: :meth:`check` (the flusher calls it every period)
     starts a new one when it died, at most :data:`MAX_RESTARTS` times, and the new one records
     the gap (a ``sampler_gap`` event) since the last moment the dead one was seen alive.
-    Thread-safe."""
+    Thread-safe. ``node``: node samplers (see :func:`start_sampler`)."""
 
-    def __init__(self, url: str, spec: TrialSpec, pid: int, interval: float) -> None:
+    def __init__(
+        self, url: str, spec: TrialSpec, pid: int, interval: float, *, node: bool = False
+    ) -> None:
         self._args = (url, spec, pid, interval)
+        self._node = node
         self._lock = threading.Lock()
         self.restarts = 0
         self._alive_at = time.time()
-        self.handle = start_sampler(url, spec, pid, interval)
+        self.handle = start_sampler(url, spec, pid, interval, node=node)
 
     def check(self) -> None:
         with self._lock:
@@ -296,7 +304,9 @@ class Supervised:
                 _quote(h.stderr_tail()),
             )
             h._close_err()
-            self.handle = start_sampler(url, spec, pid, interval, gap_since=self._alive_at)
+            self.handle = start_sampler(
+                url, spec, pid, interval, gap_since=self._alive_at, node=self._node
+            )
 
     @property
     def pid(self) -> int | None:

@@ -19,6 +19,7 @@ from api_helpers import app_over, request
 from store_helpers import damage_chunk
 from tunescope.metrics import CATALOG, GIB
 from tunescope.server import _schema as schema
+from tunescope.server._queries import thin_scalars
 from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
 
 # The finished trials' times: a fixed second in the past. The running and the lost trial
@@ -510,6 +511,29 @@ def test_scalars_by_name(app: FastAPI, data: Data) -> None:
     }
     none = ok(app, f"/api/trials/{data.live}/scalars")
     assert none == {"names": [], "scalars": [], "next": None}
+
+
+def test_scalars_thinned_for_a_chart(app: FastAPI, data: Data) -> None:
+    whole = ok(app, f"/api/trials/{data.done}/scalars", schema.ScalarsOut)["scalars"]
+    body = ok(app, f"/api/trials/{data.done}/scalars", schema.ScalarsOut, points=10)
+    assert body["names"] == ["eval_loss", "loss"] and body["next"] is None
+    # eval_loss has 4 (<= 10): all of them; loss has 100, falling: its first and last, and
+    # the first (highest) and last (lowest) of each of 4 runs of the 98 between them
+    assert body["scalars"][:4] == whole[:4]
+    loss = [s["step"] for s in body["scalars"][4:]]
+    assert loss == [0, 1, 24, 25, 49, 50, 73, 74, 98, 99]
+    assert all(s in whole for s in body["scalars"])
+    # a spike (and a dip) in a long curve survives thinning, in order
+    rows = [Scalar(1, "loss", k, T0 + k, 1.0) for k in range(1000)]
+    rows[617] = Scalar(1, "loss", 617, T0 + 617, 50.0)
+    rows[618] = Scalar(1, "loss", 618, T0 + 618, -3.0)
+    thin = thin_scalars(rows, 20)
+    assert len(thin) <= 20 and thin[0] is rows[0] and thin[-1] is rows[-1]
+    assert rows[617] in thin and rows[618] in thin
+    assert [s.step for s in thin] == sorted(s.step for s in thin)
+    for params in ({"points": 10, "limit": 5}, {"points": 3}, {"points": 10_001}):
+        r = call(app, f"/api/trials/{data.done}/scalars", **params)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid"
 
 
 def test_checkpoints(app: FastAPI, data: Data) -> None:

@@ -21,7 +21,7 @@ from tunescope.errors import NotFound
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Principal
 from tunescope.server._errors import invalid, not_found
-from tunescope.store import RunInfo, SeriesInfo, Store, TrialInfo
+from tunescope.store import RunInfo, Scalar, SeriesInfo, Store, TrialInfo
 
 __all__ = [
     "FINDINGS_REFRESH_S",
@@ -34,6 +34,7 @@ __all__ = [
     "read_cursor",
     "resolve_run",
     "resolve_trial",
+    "thin_scalars",
     "visible_projects",
     "window_bounds",
     "write_cursor",
@@ -166,6 +167,33 @@ def series_extent(store: Store, infos: list[SeriesInfo]) -> tuple[float, float] 
     if not extents:
         return None
     return min(e[0] for e in extents), max(e[1] for e in extents)
+
+
+def thin_scalars(rows: Sequence[Scalar], points: int) -> list[Scalar]:
+    """At most ``points`` (>= 4) of each name's scalars, in their order (``rows`` ordered by
+    name, then step): a name with more keeps its first and last, and the lowest and highest
+    value of each of ``(points - 2) // 2`` equal runs of the rows between them, so a curve
+    drawn from them keeps its spikes and its latest value."""
+    out: list[Scalar] = []
+    i = 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j].name == rows[i].name:
+            j += 1
+        if j - i <= points:
+            out.extend(rows[i:j])
+        else:
+            runs = (points - 2) // 2
+            inner = rows[i + 1 : j - 1]
+            out.append(rows[i])
+            for k in range(runs):
+                part = inner[k * len(inner) // runs : (k + 1) * len(inner) // runs]
+                lo = min(range(len(part)), key=lambda x: part[x].value)
+                hi = max(range(len(part)), key=lambda x: part[x].value)
+                out.extend(part[x] for x in sorted({lo, hi}))
+            out.append(rows[j - 1])
+        i = j
+    return out
 
 
 def series_peak(store: Store, info: SeriesInfo) -> float | None:

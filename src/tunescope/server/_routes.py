@@ -28,6 +28,7 @@ from tunescope.server._queries import (
     resolve_run,
     resolve_trial,
     series_extent,
+    thin_scalars,
     visible_projects,
     window_bounds,
     write_cursor,
@@ -310,10 +311,23 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
             Query(ge=1, le=MAX_SCALARS, description="most scalars in this page (default: all)"),
         ] = None,
         cursor: Cursor = None,
+        points: Annotated[
+            int | None,
+            Query(
+                ge=4,
+                le=MAX_POINTS,
+                description="at most this many scalars of each name, thinned for a chart "
+                "(not with limit or cursor)",
+            ),
+        ] = None,
     ) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
+        if points is not None and (limit is not None or cursor is not None):
+            raise invalid("points cannot be combined with limit or cursor")
         names = store.scalar_names(info.id)
-        if limit is None and cursor is None:
+        if points is not None:
+            rows, more = thin_scalars(store.scalars(info.id, name), points), None
+        elif limit is None and cursor is None:
             rows, more = store.scalars(info.id, name), None
         else:
             after = (

@@ -20,7 +20,7 @@ from store_helpers import damage_chunk
 from tunescope.metrics import CATALOG, GIB
 from tunescope.server import _schema as schema
 from tunescope.server._queries import thin_scalars
-from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
+from tunescope.store import CHUNK_SAMPLES, Batch, Event, Scalar, Store, open_store
 
 # The finished trials' times: a fixed second in the past. The running and the lost trial
 # are placed relative to the clock read by the ``data`` fixture (``Data.now``).
@@ -251,12 +251,47 @@ def test_trial_fields(app: FastAPI, data: Data) -> None:
 
 def test_trial_metrics_in_catalog_order_with_devices(app: FastAPI, data: Data) -> None:
     body = ok(app, f"/api/trials/{data.done}/metrics", list[schema.TrialMetricOut])
+    one = [{"host": "node1", "device": None}]
+    two = [{"host": "node1", "device": "0"}, {"host": "node1", "device": "1"}]
     assert body == [
-        {"metric": "cpu.util", "devices": [None]},
-        {"metric": "gpu.util", "devices": ["0", "1"]},
-        {"metric": "cpu.mem", "devices": [None]},
-        {"metric": "gpu.mem", "devices": ["0", "1"]},
+        {"metric": "cpu.util", "devices": [None], "series": one},
+        {"metric": "gpu.util", "devices": ["0", "1"], "series": two},
+        {"metric": "cpu.mem", "devices": [None], "series": one},
+        {"metric": "gpu.mem", "devices": ["0", "1"], "series": two},
     ]
+    t = ok(app, f"/api/trials/{data.done}", schema.TrialDetailOut)
+    assert (t["hosts"], t["where"]) == (["node1"], {"node1": {}})
+
+
+def test_a_trial_on_two_hosts_has_each_hosts_series_and_where(app: FastAPI, data: Data) -> None:
+    key = data.store.get_trial(data.live).key
+    where = {
+        "node2": {"hostname": "node2", "gpus": [{"index": 0, "uuid": "GPU-2", "name": "x"}]},
+        "node0": {"hostname": "node0", "slurm": {"job_id": "42", "node_id": "0"}},
+    }
+    for host, value in (("node2", 2.0), ("node0", 0.5)):
+        for device in ("1", "0"):
+            data.store.write(
+                Batch(
+                    key,
+                    host=host,
+                    where=where[host],
+                    samples=(("gpu.util", device, None, data.now - 1, value + int(device)),),
+                )
+            )
+    t = ok(app, f"/api/trials/{data.live}", schema.TrialDetailOut)
+    # the fixture's series of this trial (made without a host) are of its own host, ""
+    assert (t["host"], t["hosts"]) == ("", ["", "node0", "node2"])
+    assert t["where"] == {"": {}, **where}
+    metrics = ok(app, f"/api/trials/{data.live}/metrics", list[schema.TrialMetricOut])
+    (util,) = [m for m in metrics if m["metric"] == "gpu.util"]
+    order = [(h, d) for h in ("node0", "node2") for d in ("0", "1")]
+    assert util["devices"] == ["0", "1"]
+    assert [(x["host"], x["device"]) for x in util["series"]] == order
+    body = ok(app, f"/api/trials/{data.live}/series", schema.WindowOut, metric="gpu.util")
+    assert [(x["host"], x["device"]) for x in body["series"]] == order
+    last = {(x["host"], x["device"]): x["mean"][-1] for x in body["series"]}
+    assert (last[("node0", "1")], last[("node2", "0")]) == (1.5, 2.0)
 
 
 # ---------------------------------------------------------------------------- series windows

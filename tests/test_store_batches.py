@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import socket
 import threading
 
 import numpy as np
@@ -296,3 +298,69 @@ def test_compacting_while_another_writer_appends_loses_nothing(any_store_url: st
     with open_store(any_store_url) as st:
         t, v = st.read_samples(sid)
     assert t.tolist() == [T0 + i for i in range(n)] and v.tolist() == [float(i) for i in range(n)]
+
+
+def test_two_hosts_batches_for_one_trial_give_two_series_per_metric(store: Store) -> None:
+    sp = spec()
+    gpu = {"index": 0, "uuid": "GPU-a", "name": "synthetic"}
+    tid = store.write(
+        Batch(
+            sp.key,
+            spec=sp,
+            host="node-a",
+            where={"hostname": "node-a", "gpus": [gpu]},
+            samples=(("gpu.util", "0", None, T0 + 1, 10.0), ("cpu.util", None, None, T0 + 1, 1.0)),
+        )
+    )
+    for i in range(2):
+        store.write(
+            Batch(
+                sp.key,
+                host="node-b",
+                where={"hostname": "node-b"} if i == 0 else None,
+                samples=(("gpu.util", "0", None, T0 + 1 + i, 20.0 + i),),
+            )
+        )
+    util = store.list_series(tid, "gpu.util")
+    assert [(s.host, s.device) for s in util] == [("node-a", "0"), ("node-b", "0")]
+    assert [store.read_samples(s.id)[1].tolist() for s in util] == [[10.0], [20.0, 21.0]]
+    assert [(s.metric, s.host) for s in store.list_series(tid)] == [
+        ("cpu.util", "node-a"),
+        ("gpu.util", "node-a"),
+        ("gpu.util", "node-b"),
+    ]
+    # series() names a host's series, the trial's own by default
+    assert store.series(tid, "gpu.util", "0", host="node-b").id == util[1].id
+    mine = store.series(tid, "gpu.util", "0")
+    assert mine.host == "h" and mine.id not in {s.id for s in util}
+    assert store.hosts(tid) == {
+        "h": {},
+        "node-a": {"hostname": "node-a", "gpus": [gpu]},
+        "node-b": {"hostname": "node-b"},
+    }
+    # a later where for a host merges into what it said, its keys replacing theirs
+    store.write(Batch(sp.key, host="node-a", where={"gpus": [], "slurm": {"job_id": "7"}}))
+    assert store.hosts(tid)["node-a"] == {
+        "hostname": "node-a",
+        "gpus": [],
+        "slurm": {"job_id": "7"},
+    }
+    with pytest.raises(NotFound):
+        store.hosts(tid + 1000)
+
+
+def test_a_batch_keeps_its_host_and_where_in_json_and_old_records_still_load() -> None:
+    sp = spec()
+    b = Batch(sp.key, spec=sp, host="node-b", where={"gpus": [{"index": 1}], "container": None})
+    back = Batch.from_json(b.to_json())
+    assert back == b
+    assert Batch(sp.key).host == socket.gethostname()  # the writer's host unless given
+    # a record spooled before batches had a host: its spec's host, else this machine's
+    old = json.loads(b.to_json())
+    del old["host"], old["where"]
+    assert Batch.from_json(json.dumps(old)).host == "h"
+    del old["spec"]
+    assert Batch.from_json(json.dumps(old)).host == socket.gethostname()
+    for bad, field in (({"host": 3}, "host"), ({"where": [1]}, "where")):
+        with pytest.raises(ValueError, match=f"^{field} must be"):
+            Batch.from_json(json.dumps({**old, **bad}))

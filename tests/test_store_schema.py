@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tunescope.errors import ConfigError, SchemaError, StoreError
-from tunescope.store import Event, Scalar, check_url, open_store, resolve_url
+from tunescope.store import Batch, Event, Scalar, _sql, check_url, open_store, resolve_url
 from tunescope.store._schema import SCHEMA_VERSION
 
 DATA = Path(__file__).parent / "data"
@@ -64,6 +64,7 @@ def test_frozen_v1_database_migrates_forward_keeping_every_piece_of_data(tmp_pat
         for trial, metric, device, note, n, _ in v1.SERIES:
             (info,) = [x for x in s.list_series(ids[trial], metric) if x.device == device]
             assert info.note == note
+            assert info.host == "node1"  # version 5 gives old series their trial's host
             want_t, want_v = v1.samples(trial, metric, device, n)
             got_t, got_v = s.read_samples(info.id)
             assert np.array_equal(got_t, want_t) and np.array_equal(got_v, want_v)
@@ -115,6 +116,66 @@ def test_frozen_v1_database_migrates_forward_keeping_every_piece_of_data(tmp_pat
     # only the copy was opened: the frozen file and its folder are as committed
     assert hashlib.sha256(V1_DB.read_bytes()).hexdigest() == V1_SHA256
     assert sorted(p.name for p in DATA.iterdir() if p.name.startswith("v1")) == ["v1.db"]
+
+
+def test_a_version_4_database_gives_every_series_its_trials_host(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database made by version 4 (the shipped migrations, applied by the store told that
+    4 is current), with series written as version 4 wrote them, opens as version 5: each
+    series of its trial's host, its samples kept, and new hosts' series beside it."""
+    monkeypatch.setattr(_sql, "SCHEMA_VERSION", 4)
+    with closing(open_store(store_url)) as old:
+        assert isinstance(old, _sql.SQLStore) and old.schema_version() == 4
+        run = old.ensure_run("r", 100.0)
+        a = old.create_trial(run.id, "a", host="node-a", start=100.0)
+        b = old.create_trial(run.id, "b", host="node-b", start=100.0)
+        with old._tx(write=True) as cur:
+            for tid, metric, device in (
+                (a.id, "gpu.util", "0"),
+                (a.id, "gpu.util", "1"),
+                (b.id, "gpu.util", "0"),
+                (b.id, "cpu.util", ""),
+            ):
+                old._q(
+                    cur,
+                    "INSERT INTO series (trial_id, metric, device, note) VALUES (?, ?, ?, NULL)",
+                    (tid, metric, device),
+                )
+            rows = old._q(cur, "SELECT id FROM series ORDER BY id").fetchall()
+            for (sid,) in rows:
+                for i in range(3):
+                    old._q(
+                        cur,
+                        "INSERT INTO pending (series_id, t, value) VALUES (?, ?, ?)",
+                        (sid, 101.0 + i, float(sid * 10 + i)),
+                    )
+    monkeypatch.undo()
+    with open_store(store_url) as s:
+        assert s.schema_version() == SCHEMA_VERSION == 5  # type: ignore[attr-defined]
+        got = [(x.metric, x.host, x.device) for x in s.list_series(a.id)]
+        assert got == [("gpu.util", "node-a", "0"), ("gpu.util", "node-a", "1")]
+        got = [(x.metric, x.host, x.device) for x in s.list_series(b.id)]
+        assert got == [("cpu.util", "node-b", None), ("gpu.util", "node-b", "0")]
+        for x in s.list_series(a.id) + s.list_series(b.id):
+            assert s.read_samples(x.id)[1].tolist() == [x.id * 10.0 + i for i in range(3)]
+        assert s.hosts(a.id) == {"node-a": {}}
+        # the trial's own host writes on where version 4 left off; another host beside it
+        old_id = s.series(a.id, "gpu.util", "0").id
+        a_key = s.get_trial(a.id).key
+        s.write(Batch(a_key, host="node-a", samples=(("gpu.util", "0", None, 104.0, 1.0),)))
+        s.write(
+            Batch(
+                a_key,
+                host="node-z",
+                samples=(("gpu.util", "0", None, 104.0, 2.0),),
+                where={"gpus": []},
+            )
+        )
+        util0 = [x for x in s.list_series(a.id, "gpu.util") if x.device == "0"]
+        assert [(x.host, x.id == old_id) for x in util0] == [("node-a", True), ("node-z", False)]
+        assert s.read_samples(old_id)[1].tolist()[-1] == 1.0
+        assert s.hosts(a.id) == {"node-a": {}, "node-z": {"gpus": []}}
 
 
 def test_newer_version_is_refused_and_untouched(tmp_path: Path) -> None:

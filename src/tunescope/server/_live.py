@@ -121,7 +121,8 @@ class Live:
                 m = _CATALOG.get(info.metric)
                 if m is None:  # a key this version does not know: no name or unit for it
                     continue
-                labels = Labels(p, run, trial.name, trial.host, info.device or "")
+                # each node of a multi-node trial measures its own series
+                labels = Labels(p, run, trial.name, info.host or trial.host, info.device or "")
                 values.append(LiveValue(m, labels, t, base_value(m, v)))
             found = self.findings.trial(trial, deadline)
             counts = None if found is None else finding_counts({trial.id: found})

@@ -30,6 +30,7 @@ __all__ = [
     "RunSummaries",
     "device_key",
     "finding_counts",
+    "host_device_key",
     "metric_order",
     "read_cursor",
     "resolve_run",
@@ -129,6 +130,11 @@ def device_key(device: str | None) -> tuple[int, int, str]:
         return (0, 0, "")
     m = re.fullmatch(r"\d+", device)
     return (1, int(device), "") if m else (2, 0, device)
+
+
+def host_device_key(s: SeriesInfo) -> tuple[str, tuple[int, int, str]]:
+    """Sort key for the series of one metric: by host, then device (:func:`device_key`)."""
+    return (s.host, device_key(s.device))
 
 
 def _check_finite(name: str, value: float | None) -> None:

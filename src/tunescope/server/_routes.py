@@ -23,6 +23,7 @@ from tunescope.server._queries import (
     RunSummaries,
     device_key,
     finding_counts,
+    host_device_key,
     metric_order,
     read_cursor,
     resolve_run,
@@ -45,6 +46,7 @@ from tunescope.server._schema import (
     RunFindingsOut,
     RunOut,
     ScalarsOut,
+    TrialDetailOut,
     TrialMetricOut,
     TrialOut,
     WindowOut,
@@ -59,7 +61,7 @@ from tunescope.server._serialize import (
     trial_json,
     window_series_json,
 )
-from tunescope.store import EVENT_KINDS, EventsWindow, PooledStore, Store
+from tunescope.store import EVENT_KINDS, EventsWindow, PooledStore, SeriesInfo, Store
 
 __all__ = ["MAX_EVENTS", "MAX_POINTS", "MAX_SCALARS", "SCALARS_PAGE", "api_router", "public_router"]
 
@@ -198,9 +200,15 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         r = resolve_run(store, run, principal_of(request))
         return _json([trial_json(t) for t in store.list_trials(r.id)])
 
-    @router.get("/trials/{trial}", response_model=TrialOut, responses=_ERRORS, summary="One trial")
+    @router.get(
+        "/trials/{trial}",
+        response_model=TrialDetailOut,
+        responses=_ERRORS,
+        summary="One trial, with where it ran",
+    )
     def trial_detail(request: Request, trial: TrialId) -> Response:
-        return _json(trial_json(resolve_trial(store, trial, principal_of(request))))
+        info = resolve_trial(store, trial, principal_of(request))
+        return _json(trial_json(info, store.hosts(info.id)))
 
     @router.get(
         "/trials/{trial}/findings",
@@ -220,15 +228,20 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     )
     def trial_metrics(request: Request, trial: TrialId) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
-        devices: dict[str, list[str | None]] = defaultdict(list)
+        series: dict[str, list[SeriesInfo]] = defaultdict(list)
         for s in store.list_series(info.id):
-            devices[s.metric].append(s.device)
-        return _json(
-            [
-                {"metric": k, "devices": sorted(devices[k], key=device_key)}
-                for k in sorted(devices, key=metric_order)
-            ]
-        )
+            series[s.metric].append(s)
+        out = []
+        for k in sorted(series, key=metric_order):
+            mine = sorted(series[k], key=host_device_key)
+            out.append(
+                {
+                    "metric": k,
+                    "devices": sorted({s.device for s in mine}, key=device_key),
+                    "series": [{"host": s.host, "device": s.device} for s in mine],
+                }
+            )
+        return _json(out)
 
     @router.get(
         "/trials/{trial}/series",
@@ -247,7 +260,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         ] = 1000,
     ) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
-        series = sorted(store.list_series(info.id, metric), key=lambda s: device_key(s.device))
+        series = sorted(store.list_series(info.id, metric), key=host_device_key)
         if not series and metric not in _KNOWN_METRICS:
             raise not_found(f"no metric {metric!r} in trial {trial}")
         lo = hi = info.start

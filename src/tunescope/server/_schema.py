@@ -27,6 +27,7 @@ __all__ = [
     "LoginIn",
     "LogoutOut",
     "MetricOut",
+    "MetricSeriesOut",
     "ProjectOut",
     "RunDetailOut",
     "RunFindingsOut",
@@ -36,6 +37,7 @@ __all__ = [
     "ScalarsOut",
     "SeriesOut",
     "SessionOut",
+    "TrialDetailOut",
     "TrialMetricOut",
     "TrialOut",
     "WindowOut",
@@ -121,6 +123,19 @@ class TrialOut(BaseModel):
     interval: float = Field(description="sampling interval in seconds")
 
 
+class TrialDetailOut(TrialOut):
+    """One trial, with where it ran."""
+
+    hosts: list[str] = Field(
+        description="every host the trial ran on (has series on, or is its own host), sorted"
+    )
+    where: dict[str, dict[str, Any]] = Field(
+        description="by host, what its sampler recorded of where the trial ran there "
+        "(hostname, gpus, cuda_visible_devices, slurm, kubernetes, container; only keys "
+        "known); {} for a host that said nothing"
+    )
+
+
 class FindingCountsOut(BaseModel):
     """How many findings a run has, by severity."""
 
@@ -189,14 +204,26 @@ class RunDetailOut(BaseModel):
     trials: list[TrialOut]
 
 
+class MetricSeriesOut(BaseModel):
+    host: str = Field(description="the host that measured it (a node of a multi-node trial)")
+    device: str | None = Field(description="GPU index; null for a trial-wide series")
+
+
 class TrialMetricOut(BaseModel):
     metric: str
-    devices: list[str | None] = Field(description="GPU indices; null for a trial-wide series")
+    devices: list[str | None] = Field(
+        description="GPU indices (each once, whatever its hosts); null for a trial-wide series"
+    )
+    series: list[MetricSeriesOut] = Field(
+        description="every series of the metric, one per host and device, by host then device"
+    )
 
 
 class SeriesOut(BaseModel):
-    """One device's series in a window: raw samples, or one entry per non-empty bucket."""
+    """One host's device's series in a window: raw samples, or one entry per non-empty
+    bucket."""
 
+    host: str = Field(description="the host that measured it (a node of a multi-node trial)")
     device: str | None
     note: str | None
     mode: Literal["raw", "buckets"]

@@ -43,9 +43,9 @@ def metric_json(m: Metric) -> Json:
     }
 
 
-def trial_json(t: TrialInfo) -> Json:
-    """One trial."""
-    return {
+def trial_json(t: TrialInfo, hosts: dict[str, dict[str, Any]] | None = None) -> Json:
+    """One trial; with where it ran when ``hosts`` (``Store.hosts``) is given."""
+    out: Json = {
         "id": t.id,
         "run_id": t.run_id,
         "name": t.name,
@@ -59,6 +59,10 @@ def trial_json(t: TrialInfo) -> Json:
         "error": t.error,
         "interval": t.interval,
     }
+    if hosts is not None:
+        out["hosts"] = list(hosts)
+        out["where"] = hosts
+    return out
 
 
 def run_json(
@@ -96,9 +100,10 @@ def run_findings_json(findings: dict[int, list[Finding]], counts: dict[str, int]
 
 
 def window_series_json(w: Window) -> Json:
-    """One device's series in a window: ``raw`` samples or ``buckets``, and how many damaged
-    chunks the window could not decode."""
+    """One host's device's series in a window: ``raw`` samples or ``buckets``, and how many
+    damaged chunks the window could not decode."""
     return {
+        "host": w.series.host,
         "device": w.series.device,
         "note": w.series.note,
         "mode": "raw" if w.raw else "buckets",

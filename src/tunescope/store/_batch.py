@@ -1,10 +1,12 @@
 """Batches: what a writer (the SDK's flusher, the sampler, ``tunescope run``) hands the store.
 
 A :class:`Batch` carries everything one writer produced for one trial since its last batch:
-samples by metric and device, events, scalars, and changes to the trial (heartbeat, pids,
-params, its end). :meth:`tunescope.store.Store.write` writes a batch in one transaction and
-**exactly once**: the batch id is remembered with the data, so a batch sent again (a retry
-after a lost connection, a replay from the spool after a crash) is recognised and skipped.
+samples by metric and device (of the writer's host: each node of a multi-node trial writes
+its own series), where the trial runs on that host, events, scalars, and changes to the trial
+(heartbeat, pids, params, its end). :meth:`tunescope.store.Store.write` writes a batch in one
+transaction and **exactly once**: the batch id is remembered with the data, so a batch sent
+again (a retry after a lost connection, a replay from the spool after a crash) is recognised
+and skipped.
 
 Trials are named by a **key** (a random hex string the writer makes), not by the store's
 integer id, so a trial can start recording while the store is unreachable: the batch carries
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,8 +36,9 @@ __all__ = [
 ]
 
 SampleRow = tuple[str, "str | None", "str | None", float, float]
-"""(metric, device, note, t, value): one sample of the series (trial, metric, device); ``note``
-is kept on the series from the first sample that gives one."""
+"""(metric, device, note, t, value): one sample of the series (trial, metric, host, device),
+the host being the batch's; ``note`` is kept on the series from the first sample that gives
+one."""
 
 EventRow = tuple[
     str, float, "str | None", "int | None", "float | None", "float | None", "dict[str, Any] | None"
@@ -133,7 +137,10 @@ class Batch:
     """One writer's data for one trial, written in one transaction, exactly once (see the
     module doc). ``trial`` is the trial's key; ``spec`` creates the trial if the store lacks
     it. ``heartbeat`` and ``pids`` change a running trial only; ``params`` replace the trial's
-    params; ``end`` ends it."""
+    params; ``end`` ends it. ``host`` is the writer's host (this machine's name unless given):
+    the samples belong to that host's series. ``where`` describes where the trial runs on
+    that host (JSON values: see ``collect/_where.py``); it is merged into what earlier batches
+    said for the host, its keys replacing theirs."""
 
     trial: str
     id: str = field(default_factory=new_key)
@@ -145,6 +152,8 @@ class Batch:
     pids: tuple[int, ...] | None = None
     params: dict[str, Any] | None = None
     end: TrialEnd | None = None
+    host: str = field(default_factory=socket.gethostname)
+    where: dict[str, Any] | None = None
 
     def size(self) -> int:
         """Items carried (samples, events and scalars), for memory bounds."""
@@ -156,7 +165,7 @@ class Batch:
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> bytes:
         """The batch as compact JSON (non-finite numbers are not allowed anywhere)."""
-        doc: dict[str, Any] = {"id": self.id, "trial": self.trial}
+        doc: dict[str, Any] = {"id": self.id, "trial": self.trial, "host": self.host}
         if self.spec is not None:
             doc["spec"] = self.spec.doc()
         if self.samples:
@@ -171,6 +180,8 @@ class Batch:
             doc["pids"] = list(self.pids)
         if self.params is not None:
             doc["params"] = self.params
+        if self.where is not None:
+            doc["where"] = self.where
         if self.end is not None:
             e = self.end
             doc["end"] = {
@@ -184,7 +195,9 @@ class Batch:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Batch:
-        """Parse and check a batch made by :meth:`to_json`; ValueError names what is wrong."""
+        """Parse and check a batch made by :meth:`to_json`; ValueError names what is wrong.
+        A record without ``host`` (written before batches had one) is of its spec's host, or
+        else of this machine (spool files are replayed where they were written)."""
         try:
             doc = json.loads(raw, parse_constant=_no_constant)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -202,6 +215,8 @@ class Batch:
             "pids",
             "params",
             "end",
+            "host",
+            "where",
         }
         if unknown:
             raise ValueError(f"batch has unknown field {sorted(unknown)[0]!r}")
@@ -234,6 +249,10 @@ class Batch:
             pids=None if doc.get("pids") is None else _pids(doc["pids"], "pids"),
             params=None if doc.get("params") is None else _params(doc["params"], "params"),
             end=end,
+            host=_text(doc["host"], "host")
+            if "host" in doc
+            else (spec.host if spec is not None and spec.host else socket.gethostname()),
+            where=None if doc.get("where") is None else _obj(doc["where"], "where"),
         )
 
 

@@ -198,14 +198,25 @@ class Store(abc.ABC):
     # ------------------------------------------------------------------ series and samples
     @abc.abstractmethod
     def series(
-        self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
+        self,
+        trial_id: int,
+        metric: str,
+        device: str | None = None,
+        note: str | None = None,
+        host: str | None = None,
     ) -> SeriesInfo:
-        """The series of (trial, metric, device), created if new (``note`` is kept from the
-        first call that gives one)."""
+        """The series of (trial, metric, host, device), created if new (``note`` is kept from
+        the first call that gives one). ``host`` None: the trial's host."""
 
     @abc.abstractmethod
     def list_series(self, trial_id: int, metric: str | None = None) -> list[SeriesInfo]:
-        """The trial's series, optionally of one metric, ordered by metric then device."""
+        """The trial's series, optionally of one metric, ordered by metric, host, device."""
+
+    @abc.abstractmethod
+    def hosts(self, trial_id: int) -> dict[str, dict[str, Any]]:
+        """Where the trial ran: every host it has series on (its own host too, when it has
+        one), each with what its writers there said in ``Batch.where`` merged (``{}`` when
+        none did), sorted by host. NotFound for an unknown trial."""
 
     @abc.abstractmethod
     def append_samples(self, rows: Iterable[tuple[int, float, float]]) -> int:

@@ -250,10 +250,18 @@ class HttpStore(Store):
 
     # ------------------------------------------------------------------ series and samples
     def series(
-        self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
+        self,
+        trial_id: int,
+        metric: str,
+        device: str | None = None,
+        note: str | None = None,
+        host: str | None = None,
     ) -> SeriesInfo:
         args = {"trial_id": trial_id, "metric": metric, "device": device, "note": note}
-        return self._get("series", args, series_of)
+        return self._get("series", {**args, "host": host}, series_of)
+
+    def hosts(self, trial_id: int) -> dict[str, dict[str, Any]]:
+        return self._get("hosts", {"trial_id": trial_id}, _hosts)
 
     def list_series(self, trial_id: int, metric: str | None = None) -> list[SeriesInfo]:
         args = {"trial_id": trial_id, "metric": metric}
@@ -438,3 +446,9 @@ def _none(v: Any) -> None:
 
 def _kinds(kinds: Sequence[str] | None) -> list[str] | None:
     return None if kinds is None else list(kinds)
+
+
+def _hosts(v: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(v, dict) or not all(isinstance(i, dict) for i in v.values()):
+        raise StoreError("the server answered hosts that are not an object of objects")
+    return {str(h): i for h, i in v.items()}

@@ -60,6 +60,9 @@ class SeriesInfo:
     metric: str
     device: str | None
     note: str | None
+    host: str
+    """The host that measured the series (a node of a multi-node trial; the trial's host for
+    series written before hosts were recorded)."""
 
 
 @dataclass(frozen=True)

@@ -143,9 +143,17 @@ class PooledStore(Store):
         return self._call("exit_code", trial_id)  # type: ignore[no-any-return]
 
     def series(
-        self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
+        self,
+        trial_id: int,
+        metric: str,
+        device: str | None = None,
+        note: str | None = None,
+        host: str | None = None,
     ) -> SeriesInfo:
-        return self._call("series", trial_id, metric, device, note)  # type: ignore[no-any-return]
+        return self._call("series", trial_id, metric, device, note, host)  # type: ignore[no-any-return]
+
+    def hosts(self, trial_id: int) -> dict[str, dict[str, Any]]:
+        return self._call("hosts", trial_id)  # type: ignore[no-any-return]
 
     def list_series(self, trial_id: int, metric: str | None = None) -> list[SeriesInfo]:
         return self._call("list_series", trial_id, metric)  # type: ignore[no-any-return]

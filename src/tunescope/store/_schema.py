@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
-REBUILDS = frozenset({4})
+REBUILDS = frozenset({4, 5})
 """Versions whose SQLite migration rebuilds a table that others reference."""
 
 
@@ -117,6 +117,34 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE runs DROP CONSTRAINT runs_name_key",
             "ALTER TABLE runs ADD CONSTRAINT runs_project_name UNIQUE (project_id, name)",
             _TOKENS,
+        ),
+    },
+    # 5: a series belongs to the host that measured it, so every node of a multi-node trial
+    #    has its own (existing series get their trial's host); where a trial ran, per host
+    #    (what its writers there sent: GPUs, scheduler and container ids, as JSON)
+    {
+        "sqlite": (
+            """CREATE TABLE series_v5 (
+                id {id}, trial_id INTEGER NOT NULL REFERENCES trials(id), metric TEXT NOT NULL,
+                host TEXT NOT NULL, device TEXT NOT NULL, note TEXT,
+                UNIQUE (trial_id, metric, host, device))""",
+            """INSERT INTO series_v5 (id, trial_id, metric, host, device, note)
+                SELECT s.id, s.trial_id, s.metric, t.host, s.device, s.note
+                FROM series s JOIN trials t ON t.id = s.trial_id""",
+            "DROP TABLE series",
+            "ALTER TABLE series_v5 RENAME TO series",
+            _HOSTS := """CREATE TABLE trial_hosts (
+                trial_id INTEGER NOT NULL REFERENCES trials(id), host TEXT NOT NULL,
+                info TEXT NOT NULL, UNIQUE (trial_id, host))""",
+        ),
+        "postgresql": (
+            "ALTER TABLE series ADD COLUMN host TEXT",
+            "UPDATE series SET host = (SELECT t.host FROM trials t WHERE t.id = series.trial_id)",
+            "ALTER TABLE series ALTER COLUMN host SET NOT NULL",
+            "ALTER TABLE series DROP CONSTRAINT series_trial_id_metric_device_key",
+            "ALTER TABLE series ADD CONSTRAINT series_trial_metric_host_device "
+            "UNIQUE (trial_id, metric, host, device)",
+            _HOSTS,
         ),
     },
 )

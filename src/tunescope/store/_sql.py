@@ -43,6 +43,7 @@ from tunescope.store._tokens import TokensMixin
 
 _RUNS = "runs r JOIN projects p ON r.project_id = p.id"
 _RUN_COLS = "r.id, r.name, r.t_start, p.name, r.os_user, r.host"
+_SERIES_COLS = "id, trial_id, metric, device, note, host"
 _TRIAL_COLS = (
     "id, run_id, name, params, state, host, pids, t_start, t_end, heartbeat, error, interval_s, "
     "trial_key"
@@ -94,8 +95,8 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         self._written: set[int] = set()
         """Series this store appended to and has not packed since: close() packs them."""
         self._series_cache: Kept[int, SeriesInfo] = Kept(CACHE_SIZE)
-        self._series_ids: Kept[tuple[int, str, str], tuple[int, bool]] = Kept(CACHE_SIZE)
-        """(trial, metric, device) -> (series id, whether it has a note)."""
+        self._series_ids: Kept[tuple[int, str, str, str], tuple[int, bool]] = Kept(CACHE_SIZE)
+        """(trial, host, metric, device) -> (series id, whether it has a note)."""
         self._trial_keys: Kept[str, int] = Kept(CACHE_SIZE)
         self._open_schema(create)
 
@@ -644,7 +645,9 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             for metric, _device, _note, t, v in batch.samples:
                 if not (math.isfinite(t) and math.isfinite(v)):
                     raise StoreError(f"sample of {metric} at t={t} is not a finite number: {v}")
-            ids = self._series_ids_in(cur, tid, [(m, d, n) for m, d, n, _t, _v in batch.samples])
+            ids = self._series_ids_in(
+                cur, tid, batch.host, [(m, d, n) for m, d, n, _t, _v in batch.samples]
+            )
             by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
             for metric, device, _note, t, v in batch.samples:
                 by_series[ids[(metric, device or "")]].append((t, v))
@@ -655,6 +658,8 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 raise StoreError(f"event data must be JSON values: {exc}") from None
             self._insert_scalars(cur, tid, batch.scalars)
             self._apply_trial_changes(cur, tid, batch)
+            if batch.where is not None:
+                self._merge_where(cur, tid, batch.host, batch.where)
             self._written.update(by_series)
             return tid
 
@@ -723,21 +728,75 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 (end.state, end.t, end.error, end.exit_code, tid),
             )
 
+    # ------------------------------------------------------------------ where trials ran
+    def _merge_where(self, cur: Any, tid: int, host: str, where: dict[str, Any]) -> None:
+        """Merge ``where`` into what the trial's writers on ``host`` said before (its keys
+        replace theirs)."""
+        row = self._q(
+            cur,
+            "SELECT info FROM trial_hosts WHERE trial_id = ? AND host = ?"
+            + self.dialect.for_update,
+            (tid, host),
+        ).fetchone()
+        old = {} if row is None else _loads(row[0], {})
+        merged = {**(old if isinstance(old, dict) else {}), **where}
+        try:
+            info = json.dumps(merged, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"where a trial runs must be JSON values: {exc}") from None
+        self._q(
+            cur,
+            "INSERT INTO trial_hosts (trial_id, host, info) VALUES (?, ?, ?) "
+            "ON CONFLICT (trial_id, host) DO UPDATE SET info = excluded.info",
+            (tid, host, info),
+        )
+
+    @retrying
+    def hosts(self, trial_id: int) -> dict[str, dict[str, Any]]:
+        tid = _sql_int(trial_id)
+        with self._tx() as cur:
+            row = self._q(cur, "SELECT host FROM trials WHERE id = ?", (tid,)).fetchone()
+            if row is None:
+                raise NotFound(f"no trial with id {trial_id} in {self.url}")
+            out: dict[str, dict[str, Any]] = {str(row[0]): {}} if row[0] else {}
+            for (host,) in self._q(
+                cur, "SELECT DISTINCT host FROM series WHERE trial_id = ?", (tid,)
+            ).fetchall():
+                out.setdefault(str(host), {})
+            for host, info in self._q(
+                cur, "SELECT host, info FROM trial_hosts WHERE trial_id = ?", (tid,)
+            ).fetchall():
+                got = _loads(info, {})
+                out[str(host)] = got if isinstance(got, dict) else {}
+        return {h: out[h] for h in sorted(out)}
+
     # ------------------------------------------------------------------ series
     def _series_in(
-        self, cur: Any, trial_id: int, metric: str, device: str | None, note: str | None
+        self,
+        cur: Any,
+        trial_id: int,
+        host: str,
+        metric: str,
+        device: str | None,
+        note: str | None,
     ) -> int:
-        """The id of the series (trial, metric, device), created if new; ``note`` is kept from
-        the first call that gives one."""
-        return self._series_ids_in(cur, trial_id, [(metric, device, note)])[(metric, device or "")]
+        """The id of the series (trial, metric, host, device), created if new; ``note`` is
+        kept from the first call that gives one."""
+        ids = self._series_ids_in(cur, trial_id, host, [(metric, device, note)])
+        return ids[(metric, device or "")]
 
     def _series_ids_in(
-        self, cur: Any, trial_id: int, wanted: Sequence[tuple[str, str | None, str | None]]
+        self,
+        cur: Any,
+        trial_id: int,
+        host: str,
+        wanted: Sequence[tuple[str, str | None, str | None]],
     ) -> dict[tuple[str, str], int]:
-        """The ids of the series (metric, device or "") of ``wanted`` (metric, device, note)
-        rows of one trial, creating the new ones; a note is kept from the first row that gives
-        one. A few statements whatever their number (a trial's first batch names every metric
-        of every GPU). Only series found already committed are cached."""
+        """The ids of the series (metric, device or "") of ``host`` named by ``wanted``
+        (metric, device, note) rows of one trial, creating the new ones; a note is kept from
+        the first row that gives one. A few statements whatever their number (a trial's first
+        batch names every metric of every GPU). Only series found already committed are
+        cached."""
         first: dict[tuple[str, str], str | None] = {}
         for metric, device, note in wanted:
             key = (metric, device or "")
@@ -746,7 +805,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         out: dict[tuple[str, str], int] = {}
         notes: dict[tuple[str, str], str | None] = {}
         for key, note in first.items():
-            known = self._series_ids.get((trial_id, *key))
+            known = self._series_ids.get((trial_id, host, *key))
             if known is not None and (note is None or known[1]):
                 out[key] = known[0]
             else:
@@ -756,24 +815,26 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
 
         def stored() -> dict[tuple[str, str], tuple[int, bool]]:
             rows = self._q(
-                cur, "SELECT metric, device, id, note FROM series WHERE trial_id = ?", (trial_id,)
+                cur,
+                "SELECT metric, device, id, note FROM series WHERE trial_id = ? AND host = ?",
+                (trial_id, host),
             ).fetchall()
             return {(r[0], r[1]): (int(r[2]), r[3] is not None) for r in rows}
 
         have = stored()
         for key, (sid, has_note) in have.items():
             if key in notes:
-                self._series_ids.put((trial_id, *key), (sid, has_note))
+                self._series_ids.put((trial_id, host, *key), (sid, has_note))
         missing = [key for key in notes if key not in have]
         if missing:
             if self._q(cur, "SELECT 1 FROM trials WHERE id = ?", (trial_id,)).fetchone() is None:
                 raise NotFound(f"no trial with id {trial_id} in {self.url}")
             cur.executemany(
                 self._sql(
-                    "INSERT INTO series (trial_id, metric, device, note) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (trial_id, metric, device) DO NOTHING"
+                    "INSERT INTO series (trial_id, metric, host, device, note) VALUES "
+                    "(?, ?, ?, ?, ?) ON CONFLICT (trial_id, metric, host, device) DO NOTHING"
                 ),
-                [(trial_id, m, d, notes[(m, d)]) for m, d in missing],
+                [(trial_id, m, host, d, notes[(m, d)]) for m, d in missing],
             )
             have = stored()
         for key, note in notes.items():
@@ -785,23 +846,34 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
 
     @retrying
     def series(
-        self, trial_id: int, metric: str, device: str | None = None, note: str | None = None
+        self,
+        trial_id: int,
+        metric: str,
+        device: str | None = None,
+        note: str | None = None,
+        host: str | None = None,
     ) -> SeriesInfo:
+        tid = _sql_int(trial_id)
         with self._tx(write=True) as cur:
-            sid = self._series_in(cur, _sql_int(trial_id), metric, device, note)
-            row = self._q(cur, "SELECT note FROM series WHERE id = ?", (sid,)).fetchone()
-        return SeriesInfo(sid, trial_id, metric, device or None, row[0])
+            if host is None:
+                row = self._q(cur, "SELECT host FROM trials WHERE id = ?", (tid,)).fetchone()
+                if row is None:
+                    raise NotFound(f"no trial with id {trial_id} in {self.url}")
+                host = str(row[0])
+            sid = self._series_in(cur, tid, host, metric, device, note)
+            row = self._q(cur, f"SELECT {_SERIES_COLS} FROM series WHERE id = ?", (sid,)).fetchone()
+        return _series_from(row)
 
     @retrying
     def list_series(self, trial_id: int, metric: str | None = None) -> list[SeriesInfo]:
-        stmt = "SELECT id, trial_id, metric, device, note FROM series WHERE trial_id = ?"
+        stmt = f"SELECT {_SERIES_COLS} FROM series WHERE trial_id = ?"
         args: list[Any] = [_sql_int(trial_id)]
         if metric is not None:
             stmt += " AND metric = ?"
             args.append(metric)
         with self._tx() as cur:
-            rows = self._q(cur, stmt + " ORDER BY metric, device", args).fetchall()
-        return [SeriesInfo(int(r[0]), int(r[1]), r[2], r[3] or None, r[4]) for r in rows]
+            rows = self._q(cur, stmt + " ORDER BY metric, host, device", args).fetchall()
+        return [_series_from(r) for r in rows]
 
     @retrying
     def _series_info(self, series_id: int) -> SeriesInfo:
@@ -809,13 +881,11 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         if info is None:
             with self._tx() as cur:
                 r = self._q(
-                    cur,
-                    "SELECT id, trial_id, metric, device, note FROM series WHERE id = ?",
-                    (_sql_int(series_id),),
+                    cur, f"SELECT {_SERIES_COLS} FROM series WHERE id = ?", (_sql_int(series_id),)
                 ).fetchone()
             if r is None:
                 raise NotFound(f"no series with id {series_id} in {self.url}")
-            info = SeriesInfo(int(r[0]), int(r[1]), r[2], r[3] or None, r[4])
+            info = _series_from(r)
             self._series_cache.put(series_id, info)
         return info
 
@@ -1095,11 +1165,11 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         tid = _sql_int(trial_id)
         with self._tx() as cur:
             series = [
-                SeriesInfo(int(r[0]), int(r[1]), r[2], r[3] or None, r[4])
+                _series_from(r)
                 for r in self._q(
                     cur,
-                    "SELECT id, trial_id, metric, device, note FROM series WHERE trial_id = ? "
-                    "ORDER BY metric, device",
+                    f"SELECT {_SERIES_COLS} FROM series WHERE trial_id = ? "
+                    "ORDER BY metric, host, device",
                     (tid,),
                 ).fetchall()
             ]
@@ -1308,6 +1378,11 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 (_sql_int(trial_id),),
             ).fetchall()
         return [r[0] for r in rows]
+
+
+def _series_from(r: Sequence[Any]) -> SeriesInfo:
+    """A series from its row (:data:`_SERIES_COLS`); device '' is None."""
+    return SeriesInfo(int(r[0]), int(r[1]), str(r[2]), r[3] or None, r[4], str(r[5]))
 
 
 def _floats(row: Sequence[Any]) -> tuple[float, float, float]:

@@ -44,7 +44,7 @@ from bench_browser import CHROMIUM, CHROMIUM_ARGS, OUT, ensure_built, serve
 from tunescope.metrics import GIB
 from tunescope.store import Event, Scalar, open_store
 
-DB = OUT / "bench_browser_scale_v1.db"
+DB = OUT / "bench_browser_scale_v2.db"
 T0 = 1_700_000_000.0
 DAY = 86_400
 HOUR = 3_600

@@ -28,8 +28,11 @@ export interface DrawInfo {
   to: number;
   width: number;
   points: number;
-  /** per device: points drawn, the largest value (band top), the x of the last point */
-  series: { device: string | null; mode: string; count: number; max: number | null; last: number | null }[];
+  /** per host and device (then the trial's line across hosts: host null, mode "total" or
+   *  "mean"): its legend label, points drawn, the largest value (band top), the x of the last
+   *  point */
+  series: { device: string | null; host: string | null; label: string; mode: string; count: number;
+            max: number | null; last: number | null }[];
   yMax: number | null;
   markers: MarkerStats | null;
   /** sampler gaps drawn (null until the window's gaps were fetched) */

@@ -147,8 +147,11 @@ ACT_AND_WAIT = """async ([ids, label, trial]) => {
     sel.value = String(trial);
     sel.dispatchEvent(new Event("change", { bubbles: true }));
   }
-  const drawn = await h.waitForCharts(after);
-  const complete = await h.waitForCharts(after, true);
+  const within = (p, what) => Promise.race([p, new Promise((_, no) => setTimeout(() => no(
+    new Error(`${what} within 30 s: ${JSON.stringify(h.draws)} ${JSON.stringify(after)}`)),
+    30000))]);
+  const drawn = await within(h.waitForCharts(after), "no redraw");
+  const complete = await within(h.waitForCharts(after, true), "no complete redraw");
   return [drawn - t0, complete - t0];
 }"""
 

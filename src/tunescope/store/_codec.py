@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,7 @@ __all__ = [
     "check_chunks",
     "decode",
     "decode_blocks",
+    "decode_blocks_many",
     "decode_many",
     "encode",
     "encode_blocks",
@@ -247,17 +249,50 @@ def decode_blocks(blob: bytes, n: int, t_first: float, t_last: float) -> npt.NDA
             f"block summaries of {len(blob)} bytes, not the {blocks * BLOCK_DTYPE.itemsize} "
             f"a chunk of {n} samples has"
         )
-    rec = np.frombuffer(blob, dtype=BLOCK_DTYPE)
-    lo, hi = rec["t_first"], rec["t_last"]
-    ok = (
-        int(rec["n"].sum(dtype=np.int64)) == n
-        and bool(np.all((rec["n"] >= 1) & (rec["n"] <= BLOCK_SAMPLES)))
-        and bool(np.all(lo <= hi))
-        and bool(np.all(lo[1:] >= hi[:-1]))
-        and bool(np.all(rec["min"] <= rec["max"]))
-        and abs(float(lo[0]) - t_first) <= _HALF_MS
-        and abs(float(hi[-1]) - t_last) <= _HALF_MS
-    )
-    if not ok:
+    rec, _, ok = decode_blocks_many([blob], [n], [t_first], [t_last])
+    if not ok[0]:
         raise CorruptData("block summaries do not match their chunk (counts, order or span)")
     return rec
+
+
+def decode_blocks_many(
+    blobs: Sequence[bytes],
+    n: Sequence[int],
+    t_first: Sequence[float],
+    t_last: Sequence[float],
+) -> tuple[npt.NDArray[np.void], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """:func:`decode_blocks` of many chunks in one pass (a window decodes hundreds): every
+    chunk's block records one after another, the index of each chunk's first record, and
+    whether each chunk's are sound, False where decode_blocks raises CorruptData (that
+    chunk's records are then meaningless: zeros when its blob had the wrong size)."""
+    want = np.asarray(n, dtype=np.int64)
+    # a chunk of no samples is unsound: laid out as one zero record, so every chunk has one
+    counts = np.maximum(-(-want // BLOCK_SAMPLES), 1)
+    size = BLOCK_DTYPE.itemsize
+    sized = np.array(
+        [len(b) == c * size for b, c in zip(blobs, counts.tolist(), strict=True)], dtype=bool
+    ) & (want >= 1)
+    rec = np.frombuffer(
+        b"".join(
+            b if ok else bytes(c * size) for b, c, ok in zip(blobs, counts, sized, strict=True)
+        ),
+        dtype=BLOCK_DTYPE,
+    )
+    if not len(counts):
+        return rec, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    lo, hi = rec["t_first"], rec["t_last"]
+    # each record's own rules, and its order after the one before (a chunk's first has none)
+    each = (rec["n"] >= 1) & (rec["n"] <= BLOCK_SAMPLES) & (lo <= hi) & (rec["min"] <= rec["max"])
+    each[1:] &= lo[1:] >= hi[:-1]
+    each[starts] = (rec["n"][starts] >= 1) & (rec["n"][starts] <= BLOCK_SAMPLES)
+    each[starts] &= (lo[starts] <= hi[starts]) & (rec["min"][starts] <= rec["max"][starts])
+    ends = starts + counts - 1
+    ok = (
+        sized
+        & (np.minimum.reduceat(each.astype(np.int8), starts) == 1)
+        & (np.add.reduceat(rec["n"].astype(np.int64), starts) == want)
+        & (np.abs(lo[starts] - np.asarray(t_first, dtype=np.float64)) <= _HALF_MS)
+        & (np.abs(hi[ends] - np.asarray(t_last, dtype=np.float64)) <= _HALF_MS)
+    )
+    return rec, starts, ok

@@ -47,7 +47,7 @@ import numpy as np
 
 from tunescope.errors import CorruptData
 from tunescope.store._batch import Batch
-from tunescope.store._codec import F64, check_chunks, decode, decode_blocks, decode_many
+from tunescope.store._codec import F64, check_chunks, decode, decode_blocks_many, decode_many
 from tunescope.store._model import (
     Bucket,
     Event,
@@ -413,20 +413,19 @@ class Store(abc.ABC):
             to_decode = [summ[i] for i in np.flatnonzero(~inside | (~whole & ~finer))]
             finer_rows = [summ[i] for i in np.flatnonzero(finer)]
             if finer_rows:
-                blocks = self._chunk_blobs([r[0] for r in finer_rows], "blocks")
-                good = []
-                for r in finer_rows:
-                    try:
-                        rec = decode_blocks(blocks[r[0]], r[3], r[1], r[2])
-                    except CorruptData:
-                        to_decode.append(r)
-                        continue
-                    if bool(np.all(rec["t_last"] - rec["t_first"] <= width)):
-                        good.append(rec)
-                    else:
-                        to_decode.append(r)
-                if good:
-                    b = np.concatenate(good)
+                blobs = self._chunk_blobs([r[0] for r in finer_rows], "blocks")
+                rec, starts, sound = decode_blocks_many(
+                    [blobs[r[0]] for r in finer_rows],
+                    [r[3] for r in finer_rows],
+                    [r[1] for r in finer_rows],
+                    [r[2] for r in finer_rows],
+                )
+                # a chunk's blocks serve when sound and none is longer than a span
+                widest = np.maximum.reduceat(rec["t_last"] - rec["t_first"], starts)
+                use = sound & (widest <= width)
+                to_decode.extend(r for r, u in zip(finer_rows, use.tolist(), strict=True) if not u)
+                if use.any():
+                    b = rec[np.repeat(use, np.diff(np.append(starts, len(rec))))]
                     parts.items(
                         b["t_first"],
                         b["t_last"],

@@ -12,6 +12,8 @@ export class SeriesPanel {
   private ctrl: AbortController | null = null;
   /** the trial whose markers the chart holds */
   private markersOf: number | null = null;
+  /** the last load ended in an error (shown on the chart) */
+  failed = false;
 
   constructor(opts: ChartOptions) {
     this.chart = new MetricChart(opts);
@@ -39,6 +41,7 @@ export class SeriesPanel {
         api.events(trial.id, start, end, ["sampler_gap"], points, signal),
       ]);
       if (signal.aborted) return false;
+      this.failed = false;
       const keep = metric.markers && this.markersOf === trial.id;
       this.chart.setData(win, metric, trial.id, offset, span,
         metric.markers ? (keep ? "keep" : "none") : null, gaps.events ?? []);
@@ -54,6 +57,7 @@ export class SeriesPanel {
     } catch (e) {
       if (isAbort(e) || signal.aborted) return false;
       const message = e instanceof Error ? e.message : String(e);
+      this.failed = true;
       recordError(message);
       this.chart.setMessage(`Could not load ${metric.label} of ${trial.name}: ${message}`);
       return true;

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from api_helpers import app_over, request
 from store_helpers import damage_chunk
 from tunescope.metrics import CATALOG, GIB
 from tunescope.server import _schema as schema
-from tunescope.server._queries import thin_scalars
+from tunescope.server._queries import ScalarCurves, thin_scalars
 from tunescope.store import CHUNK_SAMPLES, Batch, Event, Scalar, Store, open_store
 
 # The finished trials' times: a fixed second in the past. The running and the lost trial
@@ -569,6 +570,31 @@ def test_scalars_thinned_for_a_chart(app: FastAPI, data: Data) -> None:
     for params in ({"points": 10, "limit": 5}, {"points": 3}, {"points": 10_001}):
         r = call(app, f"/api/trials/{data.done}/scalars", **params)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid"
+
+
+def test_thinned_curves_are_read_once_until_the_trial_is_written_again(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as store:
+        run = store.ensure_run("r", T0)
+        trial = store.create_trial(run.id, "t", start=T0)
+        store.add_scalars(Scalar(trial.id, "loss", k, T0 + k, 1.0 / (k + 1)) for k in range(50))
+        store.update_trial(trial.id, state="completed", end=T0 + 50, heartbeat=T0 + 50)
+        reads: list[int] = []
+        real = store.scalars
+
+        def counted(trial_id: int, name: str | None = None) -> list[Scalar]:
+            reads.append(trial_id)
+            return real(trial_id, name)
+
+        store.scalars = counted  # type: ignore[method-assign]
+        curves = ScalarCurves(store)
+        first = curves.get(store.get_trial(trial.id), None, 10)
+        assert curves.get(store.get_trial(trial.id), None, 10) == first and reads == [trial.id]
+        assert len(first) == 10 and first[-1].step == 49
+        # a late batch: its writer refreshes the heartbeat, and the curve has the new scalar
+        store.add_scalars([Scalar(trial.id, "loss", 50, T0 + 50, 0.01)])
+        store.update_trial(trial.id, heartbeat=T0 + 51)
+        again = curves.get(store.get_trial(trial.id), None, 10)
+        assert again[-1].step == 50 and reads == [trial.id, trial.id]
 
 
 def test_checkpoints(app: FastAPI, data: Data) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "RUNS_LIST_BUDGET_S",
     "FindingsCache",
     "RunSummaries",
+    "ScalarCurves",
     "device_key",
     "finding_counts",
     "host_device_key",
@@ -267,6 +268,37 @@ def _fingerprint(trial: TrialInfo) -> tuple[str, float | None, float | None, str
     """What changes when a trial's findings may change: every writer (sampler, SDK flusher,
     ingest) refreshes the heartbeat when it writes, and a trial that ends sets state and end."""
     return (trial.state, trial.end, trial.heartbeat, trial.error)
+
+
+CURVES_KEPT = 128
+"""Thinned scalar answers (trial, name, points) a server remembers."""
+CURVES_MAX_ROWS = 10_000
+"""Thinned answers longer than this are not remembered (a bound on the cache's memory)."""
+
+
+class ScalarCurves:
+    """A trial's scalars thinned for a chart (:func:`thin_scalars`), remembered while the
+    trial's fingerprint (state, end, heartbeat, error: every writer refreshes the heartbeat
+    when it writes) is unchanged, so a finished trial's curves are read from the store once.
+    A day-long trial logs tens of thousands of scalars, and a run's Training tab asks for
+    every trial's each time it opens."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._kept: Kept[tuple[int, str | None, int], tuple[object, list[Scalar]]] = Kept(
+            CURVES_KEPT
+        )
+
+    def get(self, trial: TrialInfo, name: str | None, points: int) -> list[Scalar]:
+        key = (trial.id, name, points)
+        fingerprint = _fingerprint(trial)
+        hit = self._kept.get(key)
+        if hit is not None and hit[0] == fingerprint:
+            return hit[1]
+        rows = thin_scalars(self._store.scalars(trial.id, name), points)
+        if len(rows) <= CURVES_MAX_ROWS:
+            self._kept.put(key, (fingerprint, rows))
+        return rows
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from tunescope.server._errors import invalid, not_found
 from tunescope.server._queries import (
     FindingsCache,
     RunSummaries,
+    ScalarCurves,
     device_key,
     finding_counts,
     host_device_key,
@@ -29,7 +30,6 @@ from tunescope.server._queries import (
     resolve_run,
     resolve_trial,
     series_extent,
-    thin_scalars,
     visible_projects,
     window_bounds,
     write_cursor,
@@ -128,6 +128,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     ``/metrics``; by default one of the routes' own with the default thresholds."""
     router = APIRouter()
     summaries = RunSummaries(store)
+    curves = ScalarCurves(store)
     if findings is None:
         findings = FindingsCache(store)
     metrics_body = [metric_json(m) for m in CATALOG]
@@ -339,7 +340,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
             raise invalid("points cannot be combined with limit or cursor")
         names = store.scalar_names(info.id)
         if points is not None:
-            rows, more = thin_scalars(store.scalars(info.id, name), points), None
+            rows, more = curves.get(info, name, points), None
         elif limit is None and cursor is None:
             rows, more = store.scalars(info.id, name), None
         else:

@@ -2,10 +2,18 @@
 // chart's pixel width as points, its sampler gaps, and for marker metrics its optimizer steps
 // and evaluations — and draws it. A newer load cancels an older one still in flight.
 
-import { api, isAbort, type MetricInfo, type Trial } from "../api";
+import { api, type EventItem, isAbort, type MetricInfo, type Trial } from "../api";
 import { recordError } from "../hooks";
 import { type ChartOptions, MetricChart } from "./chart";
 import type { Span } from "./span";
+
+/** Most events one events request lists before it bins them (the API's limit). */
+const MAX_EVENTS = 10000;
+
+/** The gaps among `gaps` that reach into [start, end] (as the API selects them). */
+function gapsIn(gaps: EventItem[], start: number, end: number): EventItem[] {
+  return gaps.filter((g) => g.t <= end && g.t + (g.duration ?? 0) >= start);
+}
 
 export class SeriesPanel {
   readonly chart: MetricChart;
@@ -14,6 +22,9 @@ export class SeriesPanel {
   private markersOf: number | null = null;
   /** the last load ended in an error (shown on the chart) */
   failed = false;
+  /** a finished trial's sampler gaps, all of them (rare: one request per trial, not one per
+   *  window); null when not fetched or too many to list */
+  private gapsOf: { key: string; gaps: EventItem[] } | null = null;
 
   constructor(opts: ChartOptions) {
     this.chart = new MetricChart(opts);
@@ -38,13 +49,13 @@ export class SeriesPanel {
       // is drawn before the markers (which can be dense) arrive
       const [win, gaps] = await Promise.all([
         api.series(trial.id, metric.key, start, end, points, signal),
-        api.events(trial.id, start, end, ["sampler_gap"], points, signal),
+        this.gaps(trial, start, end, points, signal),
       ]);
       if (signal.aborted) return false;
       this.failed = false;
       const keep = metric.markers && this.markersOf === trial.id;
       this.chart.setData(win, metric, trial.id, offset, span,
-        metric.markers ? (keep ? "keep" : "none") : null, gaps.events ?? []);
+        metric.markers ? (keep ? "keep" : "none") : null, gaps);
       this.markersOf = metric.markers ? trial.id : null;
       if (!metric.markers) return true;
       const [steps, evals] = await Promise.all([
@@ -67,6 +78,23 @@ export class SeriesPanel {
         this.chart.setBusy(false);
       }
     }
+  }
+
+  /** The sampler gaps of [start, end]: a finished trial's from all of its gaps, fetched
+   *  once; a running trial's (which may gain one any second) for this window. */
+  private async gaps(trial: Trial, start: number, end: number, points: number,
+                     signal: AbortSignal): Promise<EventItem[]> {
+    if (trial.state !== "running") {
+      const last = trial.end ?? trial.heartbeat ?? trial.start;
+      const key = `${trial.id}|${trial.state}|${last}`; // a trial written again is fetched again
+      if (this.gapsOf?.key !== key) {
+        const all = await api.events(trial.id, trial.start, last, ["sampler_gap"], MAX_EVENTS,
+          signal);
+        this.gapsOf = all.events ? { key, gaps: all.events } : null;
+      }
+      if (this.gapsOf?.key === key) return gapsIn(this.gapsOf.gaps, start, end);
+    }
+    return (await api.events(trial.id, start, end, ["sampler_gap"], points, signal)).events ?? [];
   }
 
   cancel(): void {

@@ -277,7 +277,10 @@ def test_run_records_a_command_and_passes_its_exit_code(tmp_path: Path) -> None:
     exp = cli("export", "r", "--store", str(db), "--trial", "good", "--metric", "cpu.mem")
     assert exp.returncode == 0, exp.stderr
     rows = list(csv.DictReader(io.StringIO(exp.stdout)))
-    assert rows and set(rows[0]) == {"run", "trial", "metric", "device", "t", "elapsed_s", "value"}
+    assert rows and list(rows[0]) == [
+        *("run", "trial", "metric", "host", "device", "t", "elapsed_s", "value")
+    ]
+    assert {r["host"] for r in rows} == {socket.gethostname()}  # the sampler's host
     assert {r["metric"] for r in rows} == {"cpu.mem"} and {r["trial"] for r in rows} == {"good"}
     assert max(float(r["value"]) for r in rows) > 200 * 1024**2
     js = cli("export", "r", "--store", str(db), "--format", "json")

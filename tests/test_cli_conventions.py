@@ -206,7 +206,7 @@ def test_out_dash_is_stdout_and_html_needs_no_file(gate: str, tmp_path: Path) ->
     plain = cli("export", "gate", "--store", gate, cwd=tmp_path)
     dash = cli("export", "gate", "--store", gate, "--out", "-", cwd=tmp_path)
     assert dash.returncode == 0 and dash.stdout == plain.stdout
-    assert dash.stdout.startswith("run,trial,metric,device,t,elapsed_s,value\n")
+    assert dash.stdout.startswith("run,trial,metric,host,device,t,elapsed_s,value\n")
     js = cli("export", "gate", "--store", gate, "--format", "json", "--out", "-", cwd=tmp_path)
     assert len(json.loads(js.stdout)["samples"]) == 120 * 5 + 60
     text = cli("report", "gate", "--store", gate, "--out", "-", cwd=tmp_path)

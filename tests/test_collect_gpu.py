@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -158,6 +159,11 @@ def test_sampler_process_records_the_replayed_gpus(
     frames = doc["frames"][:20]
     got = gpu_series(store, trial)
     assert {d for _, d in got} == {"0", "1"}
+    assert {s.host for s in store.list_series(trial)} == {socket.gethostname()}
+    gpus = store.hosts(trial)[socket.gethostname()]["gpus"]
+    assert [(g["index"], g["name"]) for g in gpus] == [
+        (i, d["name"]) for i, d in enumerate(doc["devices"])
+    ]
     for dev in (0, 1):
         d = str(dev)
         raw = [f["devices"][dev] for f in frames]
@@ -213,6 +219,11 @@ def test_no_per_process_info_flags_gpu_mem_and_follows_cuda_visible_devices(
         root.wait()
     got = gpu_series(store, trial)
     assert {d for _, d in got} == {"1"}
+    # where the trial ran: the GPU its CUDA_VISIBLE_DEVICES names, as the recording has it
+    here = store.hosts(trial)[socket.gethostname()]
+    header = doc["devices"][1]
+    assert here["gpus"] == [{"index": 1, "uuid": header["uuid"], "name": header["name"]}]
+    assert here["cuda_visible_devices"] == "1" and here["hostname"] == socket.gethostname()
     _, mem, note = got[("gpu.mem", "1")]
     assert note == DEVICE_WIDE_NOTE
     assert mem[0] == f32(doc["frames"][30]["devices"][1]["mem_used"])  # the device's used

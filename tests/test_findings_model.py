@@ -178,3 +178,30 @@ def test_new_settings_load_from_the_project_and_the_environment(tmp_path: Path) 
         load_settings(tmp_path, {"TUNESCOPE_RIGHTSIZE_MODERATE_PRICE_PCT": "150"})
     with pytest.raises(ConfigError, match="eval_spike_baseline_max_s must be a number"):
         FindingSettings(eval_spike_baseline_max_s=-1.0)
+
+
+def test_a_second_hosts_series_leave_the_findings_whole(store: Store) -> None:
+    """A multi-node trial: another node's series of every metric, device for device, beside
+    the trial's own. Rules still read one series per (metric, device), the trial's host's,
+    so each finding comes once, as before; the other node's are read by naming it."""
+    tr = _busy_trial(store)
+
+    def seen() -> list[tuple[str, str | None, str | None, str]]:
+        fs = findings_for_trial(store, tr.id, FindingSettings())
+        assert len({f.id for f in fs}) == len(fs)
+        return sorted((f.rule, f.metric, f.device, f.severity) for f in fs)
+
+    before = seen()
+    assert before
+    for s in store.list_series(tr.id):
+        sid = store.series(tr.id, s.metric, s.device, host="node-b").id
+        store.append_samples([(sid, T0 + 1.0 + k, 50.0) for k in range(180)])
+    assert seen() == before
+    d = TrialData(store, tr)
+    assert d.hosts() == sorted({tr.host, "node-b"})
+    assert d.devices("gpu.util") == ["0", "1"] == d.devices("gpu.util", "node-b")
+    own = d.trace("gpu.util", "0")
+    other = d.trace("gpu.util", "0", host="node-b")
+    assert own is not None and other is not None
+    assert (own.series.host, own.v.max()) == (tr.host, 2.0)
+    assert (other.series.host, other.v.max()) == ("node-b", 50.0)

@@ -24,9 +24,11 @@ def _store(path: Path) -> str:
     with open_store(path) as st:
         run = st.ensure_run("r", start=T0)
         for i, name in enumerate(("a", "b")):
-            tid = st.create_trial(run.id, name, start=T0 + i).id
+            tid = st.create_trial(run.id, name, start=T0 + i, host=f"node-{name}").id
             cpu = st.series(tid, "cpu.util").id
             gpus = [st.series(tid, "gpu.mem", str(d)).id for d in (0, 1)]
+            if name == "b":  # a second node's GPU 0 (a multi-node trial)
+                gpus.append(st.series(tid, "gpu.mem", "0", host="node-z").id)
             n = CHUNK_SAMPLES + 40
             st.append_samples(
                 (sid, T0 + i + 0.25 * k, (k + 1) / 3.0 * (j + 1))
@@ -55,10 +57,11 @@ def _same(frame: object, rows: list[dict[str, str]]) -> None:
     assert list(frame.columns) == list(SAMPLE_COLUMNS) == list(rows[0])
     assert len(frame) == len(rows)
     for got, want in zip(frame.itertuples(index=False), rows, strict=True):
-        assert [got.run, got.trial, got.metric, got.device] == [
+        assert [got.run, got.trial, got.metric, got.host, got.device] == [
             want["run"],
             want["trial"],
             want["metric"],
+            want["host"],
             want["device"],
         ]
         # CSV writes repr(float): exact round trip
@@ -75,6 +78,9 @@ def test_load_equals_the_export_csv(tmp_path: Path) -> None:
     rows = _export(url)
     _same(frame, rows)
     assert set(frame["trial"]) == {"a", "b"} and set(frame["device"]) == {"", "0", "1"}
+    assert set(frame["host"]) == {"node-a", "node-b", "node-z"}
+    two = frame[(frame["trial"] == "b") & (frame["device"] == "0")]
+    assert set(two["host"]) == {"node-b", "node-z"}
     assert str(frame["value"].dtype) == "float64"
     # by id, one trial, some metrics: the same as export's --trial and --metric
     with open_store(url, create=False) as st:

@@ -79,14 +79,16 @@ def trial_chart(store: Store, t: TrialInfo, origin: float) -> TrialChart:
     hi = max([end if end is not None else t.start, *(e[1] for e in ext)])
     hi = max(hi, lo + 1.0)
     panels = []
+    several = len({s.host for s in store.list_series(t.id)}) > 1  # a multi-node trial
     for m in headline():
         lines = []
         for s in store.list_series(t.id, m.key):
             w = store.window(s.id, lo, hi + 1e-3, CHART_POINTS)
             if w.t:
+                label = _device_label(s.device)
                 lines.append(
                     ChartLine(
-                        _device_label(s.device),
+                        f"{s.host} {label}" if several else label,
                         [x - origin for x in w.t],
                         [x * m.scale for x in w.mean],
                         [x * m.scale for x in w.min],

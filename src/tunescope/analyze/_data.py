@@ -108,7 +108,7 @@ class TrialData:
         self.trial = trial
         self.max_points = max_points
         self._series: dict[str, list[SeriesInfo]] | None = None
-        self._traces: dict[tuple[str, str | None], Trace | None] = {}
+        self._traces: dict[tuple[str, str | None, str | None], Trace | None] = {}
         self._evals: list[tuple[float, float]] | None = None
         self._steps: tuple[int, float | None, float | None] | None = None
         self._bounds: tuple[float, float] | None = None
@@ -123,19 +123,33 @@ class TrialData:
             self._series = grouped
         return self._series
 
-    def devices(self, metric: str) -> list[str | None]:
-        """Devices that have a series of ``metric``, in the store's order."""
-        return [s.device for s in self._all_series().get(metric, [])]
+    def hosts(self) -> list[str]:
+        """The hosts the trial has series on, sorted (several for a multi-node trial)."""
+        return sorted({s.host for infos in self._all_series().values() for s in infos})
+
+    def devices(self, metric: str, host: str | None = None) -> list[str | None]:
+        """Devices that have a series of ``metric`` on ``host`` (None: on any host), each
+        once, in the store's order."""
+        infos = self._all_series().get(metric, [])
+        return list(dict.fromkeys(s.device for s in infos if host is None or s.host == host))
 
     def has(self, metric: str) -> bool:
         return metric in self._all_series()
 
-    def trace(self, metric: str, device: str | None = None) -> Trace | None:
-        """The series of ``metric`` on ``device``; None when there is none or it is empty."""
-        key = (metric, device)
+    def trace(
+        self, metric: str, device: str | None = None, host: str | None = None
+    ) -> Trace | None:
+        """The series of ``metric`` on ``device`` of ``host``; None when there is none or it
+        is empty. ``host`` None: the trial's own host's series when it has one, else the
+        first host's by name (a multi-node trial's other nodes are read by naming them)."""
+        key = (metric, device, host)
         if key not in self._traces:
-            info = next((s for s in self._all_series().get(metric, []) if s.device == device), None)
-            self._traces[key] = None if info is None else self._load(info)
+            mine = [s for s in self._all_series().get(metric, []) if s.device == device]
+            if host is not None:
+                mine = [s for s in mine if s.host == host]
+            own = [s for s in mine if s.host == self.trial.host]
+            pick = own or mine
+            self._traces[key] = self._load(pick[0]) if pick else None
         return self._traces[key]
 
     def _load(self, info: SeriesInfo) -> Trace | None:

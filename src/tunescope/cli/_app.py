@@ -327,7 +327,8 @@ def export(
 ) -> None:
     """Export a run's raw samples or events as CSV or JSON.
 
-    Samples: run,trial,metric,device,t,elapsed_s,value (value in the metric's base unit).
+    Samples: run,trial,metric,host,device,t,elapsed_s,value (host: the node that measured
+    it; value in the metric's base unit).
     Events: run,trial,kind,name,step,t,elapsed_s,duration_s. Samples the store cannot
     decode (a damaged database) are left out, with a warning per series on stderr."""
     if out_format not in ("csv", "json"):

@@ -121,6 +121,8 @@ class GpuProbe:
                 root_pid,
                 level=logging.INFO,
             )
+        self.cuda_visible_devices = cvd
+        """The root process's ``CUDA_VISIBLE_DEVICES`` (None: unset or unreadable)."""
         self.visible = parse_visible_devices(cvd, self.infos)
         self.selected: set[int] = set()
         self.foreign_namespace = False

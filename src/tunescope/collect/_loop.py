@@ -9,6 +9,8 @@ UNIX seconds taken at the start of each sample, strictly increasing.
 
 Writes: every ``flush_every`` seconds (1 s) the buffered samples go to the writer as one batch
 with the trial's heartbeat and, when the set grew, its pids (every pid ever seen in the tree).
+Batches are of this host (``Batch.host``), so each node of a multi-node trial writes its own
+series; the first one also says where the trial runs here (``collect/_where.py``).
 Handing a batch over never waits for the store: the writer (``store/_writer.py``) sends it
 from its own thread, and keeps it (in memory, then in the spool) while the store is away.
 """
@@ -22,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 
@@ -31,6 +33,7 @@ from tunescope.collect._gpu import GpuBackend
 from tunescope.collect._gpuprobe import GpuProbe
 from tunescope.collect._host import HostProbe
 from tunescope.collect._once import LOGGER_NAME
+from tunescope.collect._where import where
 from tunescope.errors import ConfigError
 from tunescope.metrics import metric as catalog_metric
 from tunescope.store import Batch, EventRow, SampleRow, TrialEnd
@@ -242,6 +245,12 @@ class Sampler:
         self._mono = mono
         self.host = HostProbe(root_pid, exclude_pid=exclude_pid, proc=proc, log=self._log)
         self.gpu = GpuProbe(gpu, root_pid, log=self._log, proc=proc) if gpu else None
+        self.where: dict[str, Any] | None = None
+        """Where the trial runs on this host, until the first batch has taken it."""
+        try:
+            self.where = where(self.gpu, proc=proc)
+        except Exception as exc:  # a bug of ours must not stop the sampling
+            self._log("where", "cannot tell where the trial runs (%s: %s)", type(exc).__name__, exc)
         self._lock = threading.Lock()  # guards the buffers
         self._samples: list[SampleRow] = []
         self._events: list[EventRow] = []
@@ -306,6 +315,7 @@ class Sampler:
             events, self._events = self._events, []
             pids = self._pids
         grew = pids != self._pids_sent
+        here, self.where = self.where, None
         self.sink.put(
             Batch(
                 self.key,
@@ -314,6 +324,7 @@ class Sampler:
                 heartbeat=self._wall(),
                 pids=tuple(sorted(pids)) if grew else None,
                 end=end,
+                where=here,
             )
         )
         self._pids_sent = pids

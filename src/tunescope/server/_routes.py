@@ -232,7 +232,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         series: dict[str, list[SeriesInfo]] = defaultdict(list)
         for s in store.list_series(info.id):
             series[s.metric].append(s)
-        out = []
+        out: list[dict[str, Any]] = []
         for k in sorted(series, key=metric_order):
             mine = sorted(series[k], key=host_device_key)
             out.append(

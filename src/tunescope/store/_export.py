@@ -1,7 +1,8 @@
 """A run's raw samples and events as rows: what ``tunescope export`` writes (CSV or JSON) and
 what :func:`tunescope.load` turns into a pandas DataFrame, produced once, here.
 
-Samples: ``run, trial, metric, device, t, elapsed_s, value`` (``device`` ``""`` for a
+Samples: ``run, trial, metric, host, device, t, elapsed_s, value`` (``host`` the host that
+measured the series: each node of a multi-node trial has its own; ``device`` ``""`` for a
 trial-level series, ``t`` UNIX seconds, ``elapsed_s`` since the run began rounded to 1 ms,
 ``value`` in the metric's base unit, see docs/metrics.md). Events: ``run, trial, kind, name,
 step, t, elapsed_s, duration_s``. Samples the store cannot decode (a damaged database) are left
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EVENT_COLUMNS", "SAMPLE_COLUMNS", "ExportRows", "export_rows", "load"]
 
-SAMPLE_COLUMNS = ("run", "trial", "metric", "device", "t", "elapsed_s", "value")
+SAMPLE_COLUMNS = ("run", "trial", "metric", "host", "device", "t", "elapsed_s", "value")
 EVENT_COLUMNS = ("run", "trial", "kind", "name", "step", "t", "elapsed_s", "duration_s")
 
 
@@ -86,7 +87,7 @@ def export_rows(
                 for s in st.list_series(t.id, key):
                     ts, vs = st.read_samples(s.id)
                     out.samples.extend(
-                        [r.name, t.name, s.metric, s.device or "", a, round(a - t0, 3), b]
+                        [r.name, t.name, s.metric, s.host, s.device or "", a, round(a - t0, 3), b]
                         for a, b in zip(ts.tolist(), vs.tolist(), strict=True)
                     )
         if events:

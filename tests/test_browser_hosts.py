@@ -56,7 +56,7 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server
 
 
 @pytest.fixture
-def hosts_page(
+def hosts_page(  # browser_fixtures' page, over this module's server
     browser: Any, two_hosts: tuple[Server, dict[str, int]], page_problems: list[str]
 ) -> Iterator[Any]:
     srv, _ = two_hosts
@@ -64,6 +64,12 @@ def hosts_page(
     pg = context.new_page()
     pg.set_default_timeout(10_000)
     pg.on("pageerror", lambda exc: page_problems.append(f"page error: {exc}"))
+    pg.on(
+        "console",
+        lambda msg: (
+            page_problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
+        ),
+    )
     yield pg
     context.close()
     assert not page_problems, "\n".join(page_problems)

@@ -15,12 +15,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from starlette.responses import JSONResponse
+
 from tunescope._kept import Kept
 from tunescope.analyze import SEVERITIES, Finding, FindingSettings, findings_for_trial, trial_end
 from tunescope.errors import NotFound
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Principal
 from tunescope.server._errors import invalid, not_found
+from tunescope.server._serialize import scalar_json
 from tunescope.store import RunInfo, Scalar, SeriesInfo, Store, TrialInfo
 
 __all__ = [
@@ -277,28 +280,34 @@ CURVES_MAX_ROWS = 10_000
 
 
 class ScalarCurves:
-    """A trial's scalars thinned for a chart (:func:`thin_scalars`), remembered while the
-    trial's fingerprint (state, end, heartbeat, error: every writer refreshes the heartbeat
-    when it writes) is unchanged, so a finished trial's curves are read from the store once.
-    A day-long trial logs tens of thousands of scalars, and a run's Training tab asks for
-    every trial's each time it opens."""
+    """The scalars route's answer with a trial's scalars thinned for a chart
+    (:func:`thin_scalars`), as JSON, remembered while the trial's fingerprint (state, end,
+    heartbeat, error: every writer refreshes the heartbeat when it writes) is unchanged, so a
+    finished trial's curves are read and encoded once. A day-long trial logs tens of thousands
+    of scalars, and a run's Training tab asks for every trial's each time it opens."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._kept: Kept[tuple[int, str | None, int], tuple[object, list[Scalar]]] = Kept(
-            CURVES_KEPT
-        )
+        self._kept: Kept[tuple[int, str | None, int], tuple[object, bytes]] = Kept(CURVES_KEPT)
 
-    def get(self, trial: TrialInfo, name: str | None, points: int) -> list[Scalar]:
+    def answer(self, trial: TrialInfo, name: str | None, points: int) -> bytes:
+        """``{names, scalars, next: null}`` of ``GET /api/trials/{trial}/scalars?points=``."""
         key = (trial.id, name, points)
         fingerprint = _fingerprint(trial)
         hit = self._kept.get(key)
         if hit is not None and hit[0] == fingerprint:
             return hit[1]
         rows = thin_scalars(self._store.scalars(trial.id, name), points)
+        body = JSONResponse(
+            {
+                "names": self._store.scalar_names(trial.id),
+                "scalars": [scalar_json(x) for x in rows],
+                "next": None,
+            }
+        ).body
         if len(rows) <= CURVES_MAX_ROWS:
-            self._kept.put(key, (fingerprint, rows))
-        return rows
+            self._kept.put(key, (fingerprint, bytes(body)))
+        return bytes(body)
 
 
 @dataclass(frozen=True)

@@ -338,10 +338,10 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         info = resolve_trial(store, trial, principal_of(request))
         if points is not None and (limit is not None or cursor is not None):
             raise invalid("points cannot be combined with limit or cursor")
-        names = store.scalar_names(info.id)
         if points is not None:
-            rows, more = curves.get(info, name, points), None
-        elif limit is None and cursor is None:
+            return Response(curves.answer(info, name, points), media_type="application/json")
+        names = store.scalar_names(info.id)
+        if limit is None and cursor is None:
             rows, more = store.scalars(info.id, name), None
         else:
             after = (

@@ -151,7 +151,7 @@ ACT_AND_WAIT = """async ([ids, label, trial]) => {
     sel.dispatchEvent(new Event("change", { bubbles: true }));
   }
   const within = (p, what) => Promise.race([p, new Promise((_, no) => setTimeout(() => no(
-    new Error(`${what} within 30 s: ${JSON.stringify(h.draws)} ${JSON.stringify(after)}`)),
+    new Error(`${what} within 30 s: ${JSON.stringify(h.draws)} ${JSON.stringify(after)} errors: ${JSON.stringify(h.errors)}`)),
     30000))]);
   const drawn = await within(h.waitForCharts(after), "no redraw");
   const complete = await within(h.waitForCharts(after, true), "no complete redraw");
@@ -193,6 +193,7 @@ def measure(base: str, repeat: int) -> dict[str, list[float]]:
                 out["run_first_chart_ms" if i else "run_first_chart_cold_ms"].append(drawn_at)
                 page.close()
                 page = context.new_page()
+                page.on("pageerror", lambda exc: print(f"  page error: {exc}", file=sys.stderr))
                 page.goto(resources)
                 page.wait_for_function(
                     """(ids) => ids.every((id) => window.__tunescope.firstDrawn[id] !== undefined

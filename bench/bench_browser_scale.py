@@ -151,7 +151,8 @@ ACT_AND_WAIT = """async ([ids, label, trial]) => {
     sel.dispatchEvent(new Event("change", { bubbles: true }));
   }
   const within = (p, what) => Promise.race([p, new Promise((_, no) => setTimeout(() => no(
-    new Error(`${what} within 30 s: ${JSON.stringify(h.draws)} ${JSON.stringify(after)} errors: ${JSON.stringify(h.errors)}`)),
+    new Error(`${what} within 30 s: draws ${JSON.stringify(h.draws)}, ` +
+      `before ${JSON.stringify(after)}, errors ${JSON.stringify(h.errors)}`)),
     30000))]);
   const drawn = await within(h.waitForCharts(after), "no redraw");
   const complete = await within(h.waitForCharts(after, true), "no complete redraw");

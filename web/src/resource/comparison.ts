@@ -5,7 +5,7 @@
 import type { MetricInfo, Trial } from "../api";
 import { h, icon, replace } from "../dom";
 import { stateBadge } from "../widgets";
-import { SeriesPanel } from "./panel";
+import { type LoadStep, SeriesPanel } from "./panel";
 import type { Pin } from "./state";
 import type { Span } from "./span";
 
@@ -104,7 +104,7 @@ export class ComparisonPanel {
 
   /** Load every stacked chart for `span` whose window changed (every running trial's, which
    *  grows, when `onlyLive`; only those then). */
-  load(span: Span, onlyLive = false): Promise<unknown> {
+  load(span: Span, onlyLive = false, step: LoadStep | null = null): Promise<unknown> {
     const jobs: Promise<unknown>[] = [];
     for (const p of this.pins) {
       const entry = this.panels.get(pinKey(p));
@@ -121,7 +121,7 @@ export class ComparisonPanel {
       if (!onlyLive && entry.window === window) continue;
       const e = entry;
       e.window = window;
-      jobs.push(e.panel.load(trial, metric, span, offset).then((done) => {
+      jobs.push(e.panel.load(trial, metric, span, offset, step).then((done) => {
         // superseded (by a newer window) or failed: the next view change fetches it again
         if ((!done || e.panel.failed) && e.window === window) e.window = null;
       }));

@@ -15,6 +15,35 @@ function gapsIn(gaps: EventItem[], start: number, end: number): EventItem[] {
   return gaps.filter((g) => g.t <= end && g.t + (g.duration ?? 0) >= start);
 }
 
+/** One step of a redraw of several charts: each says when its series is drawn, and fetches
+ *  its markers once `markers` resolves (when every chart's series is drawn). */
+export class LoadStep {
+  readonly markers: Promise<void>;
+  private release: () => void = () => {};
+  private sealed = false;
+  private count = 0;
+
+  constructor() {
+    this.markers = new Promise((resolve) => { this.release = resolve; });
+  }
+
+  /** A chart's load joins the step (at once, when it starts); it calls drawn() once. */
+  join(): void {
+    this.count += 1;
+  }
+
+  drawn(): void {
+    this.count -= 1;
+    if (this.sealed && this.count <= 0) this.release();
+  }
+
+  /** Every chart has joined: release the markers once all have drawn. */
+  seal(): void {
+    this.sealed = true;
+    if (this.count <= 0) this.release();
+  }
+}
+
 export class SeriesPanel {
   readonly chart: MetricChart;
   private ctrl: AbortController | null = null;
@@ -34,8 +63,18 @@ export class SeriesPanel {
     return this.ctrl !== null;
   }
 
-  /** Fetch and draw; resolves false when a newer load superseded this one. */
-  async load(trial: Trial, metric: MetricInfo, span: Span, offset: number): Promise<boolean> {
+  /** Fetch and draw; resolves false when a newer load superseded this one. `step`: when the
+   *  tab redraws several charts at once, it is told when this one's series is drawn (or its
+   *  load ended) and says when the markers may be fetched, so that no chart's series waits
+   *  behind another's markers (dense ones cost the server far more than a series). */
+  async load(trial: Trial, metric: MetricInfo, span: Span, offset: number,
+             step: LoadStep | null = null): Promise<boolean> {
+    step?.join();
+    let told = false;
+    const drawn = () => {
+      if (!told) step?.drawn();
+      told = true;
+    };
     this.ctrl?.abort();
     const ctrl = new AbortController();
     this.ctrl = ctrl;
@@ -57,7 +96,10 @@ export class SeriesPanel {
       this.chart.setData(win, metric, trial.id, offset, span,
         metric.markers ? (keep ? "keep" : "none") : null, gaps);
       this.markersOf = metric.markers ? trial.id : null;
+      drawn();
       if (!metric.markers) return true;
+      if (step) await step.markers;
+      if (signal.aborted) return false;
       const [steps, evals] = await Promise.all([
         api.events(trial.id, start, end, ["optimizer_step"], points, signal),
         api.events(trial.id, start, end, ["evaluation"], points, signal),
@@ -73,6 +115,7 @@ export class SeriesPanel {
       this.chart.setMessage(`Could not load ${metric.label} of ${trial.name}: ${message}`);
       return true;
     } finally {
+      drawn();
       if (this.ctrl === ctrl) {
         this.ctrl = null;
         this.chart.setBusy(false);

@@ -15,6 +15,7 @@ BENCHES = [
     "bench_record.py",
     "bench_api.py",
     "bench_browser.py",
+    "bench_browser_scale.py",
     "bench_soak.py",
     "bench_team.py",
 ]

@@ -4,9 +4,11 @@ through the real store API."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +21,7 @@ from api_helpers import app_over, request
 from store_helpers import damage_chunk
 from tunescope.metrics import CATALOG, GIB
 from tunescope.server import _schema as schema
+from tunescope.server._queries import ScalarCurves, thin_scalars
 from tunescope.store import CHUNK_SAMPLES, Batch, Event, Scalar, Store, open_store
 
 # The finished trials' times: a fixed second in the past. The running and the lost trial
@@ -545,6 +548,60 @@ def test_scalars_by_name(app: FastAPI, data: Data) -> None:
     }
     none = ok(app, f"/api/trials/{data.live}/scalars")
     assert none == {"names": [], "scalars": [], "next": None}
+
+
+def test_scalars_thinned_for_a_chart(app: FastAPI, data: Data) -> None:
+    whole = ok(app, f"/api/trials/{data.done}/scalars", schema.ScalarsOut)["scalars"]
+    body = ok(app, f"/api/trials/{data.done}/scalars", schema.ScalarsOut, points=10)
+    assert body["names"] == ["eval_loss", "loss"] and body["next"] is None
+    # eval_loss has 4 (<= 10): all of them; loss has 100, falling: its first and last, and
+    # the first (highest) and last (lowest) of each of 4 runs of the 98 between them
+    assert body["scalars"][:4] == whole[:4]
+    loss = [s["step"] for s in body["scalars"][4:]]
+    assert loss == [0, 1, 24, 25, 49, 50, 73, 74, 98, 99]
+    assert all(s in whole for s in body["scalars"])
+    # a spike (and a dip) in a long curve survives thinning, in order
+    rows = [Scalar(1, "loss", k, T0 + k, 1.0) for k in range(1000)]
+    rows[617] = Scalar(1, "loss", 617, T0 + 617, 50.0)
+    rows[618] = Scalar(1, "loss", 618, T0 + 618, -3.0)
+    thin = thin_scalars(rows, 20)
+    assert len(thin) <= 20 and thin[0] is rows[0] and thin[-1] is rows[-1]
+    assert rows[617] in thin and rows[618] in thin
+    assert [s.step for s in thin] == sorted(s.step for s in thin)
+    for params in ({"points": 10, "limit": 5}, {"points": 3}, {"points": 10_001}):
+        r = call(app, f"/api/trials/{data.done}/scalars", **params)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid"
+
+
+def test_thinned_curves_are_read_once_until_the_trial_is_written_again(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as store:
+        run = store.ensure_run("r", T0)
+        trial = store.create_trial(run.id, "t", start=T0)
+        store.add_scalars(Scalar(trial.id, "loss", k, T0 + k, 1.0 / (k + 1)) for k in range(50))
+        store.update_trial(trial.id, state="completed", end=T0 + 50, heartbeat=T0 + 50)
+        reads: list[int] = []
+        real = store.scalars
+
+        def counted(trial_id: int, name: str | None = None) -> list[Scalar]:
+            reads.append(trial_id)
+            return real(trial_id, name)
+
+        store.scalars = counted  # type: ignore[method-assign]
+        curves = ScalarCurves(store)
+
+        def steps() -> list[int]:
+            body = json.loads(curves.answer(store.get_trial(trial.id), None, 10))
+            assert body["names"] == ["loss"] and body["next"] is None
+            return [s["step"] for s in body["scalars"]]
+
+        first = steps()
+        assert steps() == first and reads == [trial.id]
+        assert len(first) == 10 and first[-1] == 49
+        # a late batch: its writer refreshes the heartbeat, and the curve has the new scalar
+        store.add_scalars([Scalar(trial.id, "loss", 50, T0 + 50, 0.01)])
+        store.update_trial(trial.id, heartbeat=T0 + 51)
+        again = steps()
+        assert again[-1] == 50 and reads == [trial.id, trial.id]
 
 
 def test_checkpoints(app: FastAPI, data: Data) -> None:

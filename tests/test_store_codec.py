@@ -294,6 +294,37 @@ def test_block_summaries_of_the_wrong_size_or_counts_are_corrupt_data(version: i
             decode_blocks(good, int(wrong[0]), float(wrong[1]), float(wrong[2]))
 
 
+def test_block_summaries_of_many_chunks_judge_each_as_decode_blocks_does() -> None:
+    """A window decodes hundreds of chunks' blocks at once: each chunk is sound exactly when
+    decode_blocks accepts it alone, and a sound one's records are the same."""
+    rng = np.random.default_rng(4)
+    chunks = []
+    for k in range(6):
+        n = int(rng.integers(1, 256))
+        ts, vs = to_stored(1_700_000_000 + 1000 * k + np.arange(n) * 1.001, rng.normal(0, 1, n))
+        enc = _v1_blocks if k == 4 else encode_blocks  # v1: records to swap in place
+        chunks.append([enc(ts, vs), n, float(ts[0]), float(ts[-1])])
+    good = chunks[1][0]
+    chunks[1][0] = good[:-1]  # the wrong size
+    chunks[2][0] = bytes(len(chunks[2][0]))  # zeros: counts that do not add up
+    chunks[3][2] += 1.0  # a span that is not the chunk's
+    swapped = np.frombuffer(chunks[4][0], dtype=BLOCK_DTYPE).copy()
+    if len(swapped) > 1:  # blocks out of order
+        swapped[[0, 1]] = swapped[[1, 0]]
+        chunks[4][0] = swapped.tobytes()
+    rows = np.array([[t0, t1, n] for _, n, t0, t1 in chunks], dtype=np.float64)
+    rec, owner, ok = decode_blocks_many([c[0] for c in chunks], rows)
+    for i, ((blob, n, t0, t1), sound) in enumerate(zip(chunks, ok, strict=True)):
+        try:
+            alone = decode_blocks(blob, n, t0, t1)
+        except CorruptData:
+            assert not sound and not (owner == i).any()
+        else:
+            assert sound and alone.tobytes() == rec[owner == i].tobytes()
+    assert ok.tolist()[:4] == [True, False, False, False] and ok[5]
+    assert decode_blocks_many([], np.empty((0, 3)))[2].tolist() == []
+
+
 def test_encoding_bad_input_stays_a_programming_error() -> None:
     with pytest.raises(ValueError, match="one or more samples"):
         encode(np.empty(0), np.empty(0))

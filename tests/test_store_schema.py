@@ -122,7 +122,7 @@ def test_a_version_4_database_gives_every_series_its_trials_host(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A database made by version 4 (the shipped migrations, applied by the store told that
-    4 is current), with series written as version 4 wrote them, opens as version 5: each
+    4 is current), with series written as version 4 wrote them, opens as the current version: each
     series of its trial's host, its samples kept, and new hosts' series beside it."""
     monkeypatch.setattr(_sql, "SCHEMA_VERSION", 4)
     with closing(open_store(store_url)) as old:
@@ -152,7 +152,7 @@ def test_a_version_4_database_gives_every_series_its_trials_host(
                     )
     monkeypatch.undo()
     with open_store(store_url) as s:
-        assert s.schema_version() == SCHEMA_VERSION == 5  # type: ignore[attr-defined]
+        assert s.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
         got = [(x.metric, x.host, x.device) for x in s.list_series(a.id)]
         assert got == [("gpu.util", "node-a", "0"), ("gpu.util", "node-a", "1")]
         got = [(x.metric, x.host, x.device) for x in s.list_series(b.id)]
@@ -278,3 +278,21 @@ def test_url_forms_and_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert s.url == f"sqlite:///{tmp_path / 'rel.db'}"
     with open_store(f"sqlite:///{tmp_path / 'abs.db'}") as s:
         assert (tmp_path / "abs.db").exists() and s.url.endswith("abs.db")
+
+
+def test_a_window_of_one_event_kind_reads_that_kind_by_index(tmp_path: Path) -> None:
+    """Version 6: a window of sampler gaps (or evaluations) among a day of optimizer steps
+    is read through events_by_kind, not by scanning every event of the window."""
+    with open_store(tmp_path / "a.db") as s:
+        run = s.ensure_run("r", 100.0)
+        t = s.create_trial(run.id, "a", start=100.0)
+        s.add_events(Event(t.id, "optimizer_step", 100.0 + i, step=i) for i in range(500))
+        s.add_events([Event(t.id, "sampler_gap", 300.0, "restarted", None, 5.0)])
+        assert isinstance(s, _sql.SQLStore)
+        assert [e.t for e in s.events(t.id, 100.0, 600.0, kinds=["sampler_gap"]).events or []] == [
+            300.0
+        ]
+        with s._tx() as cur:
+            where, args = s._event_where(cur, t.id, 100.0, 600.0, ["sampler_gap"])
+            plan = s._q(cur, f"EXPLAIN QUERY PLAN SELECT * FROM events WHERE {where}", args)
+            assert "events_by_kind" in " ".join(str(r) for r in plan.fetchall())

@@ -166,8 +166,9 @@ export const api = {
            signal?: AbortSignal): Promise<EventsWindow> =>
     get("/api/trials/{trial}/events",
         { path: { trial }, query: { start, end, kinds: kinds.join(","), limit } }, signal),
-  scalars: (trial: number, signal?: AbortSignal): Promise<Scalars> =>
-    get("/api/trials/{trial}/scalars", { path: { trial } }, signal),
+  /** A trial's scalars; `points`: at most that many of each name, thinned for a chart. */
+  scalars: (trial: number, points?: number, signal?: AbortSignal): Promise<Scalars> =>
+    get("/api/trials/{trial}/scalars", { path: { trial }, query: { points } }, signal),
   checkpoints: (trial: number, signal?: AbortSignal): Promise<Checkpoint[]> =>
     get("/api/trials/{trial}/checkpoints", { path: { trial } }, signal),
 };

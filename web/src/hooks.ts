@@ -1,6 +1,10 @@
 // Test and benchmark hooks: `window.__tunescope` describes what the page last drew, and
-// performance marks time it: "chart-drawn" once, when the main chart first drew data, and
-// "chart-complete" when it first drew data and its markers.
+// performance marks time it: "chart-drawn" once, when the main chart first drew data,
+// "chart-complete" when it first drew data and its markers, and "scalars-drawn" when the
+// Training or Evaluation tab first drew its charts. Every chart (the main one and each
+// stacked comparison chart) also counts its draws (`draws`) and the performance.now() of its
+// first draw with data (`firstDrawn`), so a benchmark can wait for all of them at once
+// (`waitForCharts`).
 
 export interface MarkerStats {
   /** optimizer-step events drawn, density bins drawn, and the same for evaluations */
@@ -24,8 +28,11 @@ export interface DrawInfo {
   to: number;
   width: number;
   points: number;
-  /** per device: points drawn, the largest value (band top), the x of the last point */
-  series: { device: string | null; mode: string; count: number; max: number | null; last: number | null }[];
+  /** per host and device (then the trial's line across hosts: host null, mode "total" or
+   *  "mean"): its legend label, points drawn, the largest value (band top), the x of the last
+   *  point */
+  series: { device: string | null; host: string | null; label: string; mode: string; count: number;
+            max: number | null; last: number | null }[];
   yMax: number | null;
   markers: MarkerStats | null;
   /** sampler gaps drawn (null until the window's gaps were fetched) */
@@ -62,9 +69,22 @@ interface Hooks {
   runs: { loads: number; findings: Record<string, { high: number; moderate: number; low: number } | null> };
   /** resolves with the first main-chart draw after the `after`-th (complete: with markers) */
   waitForDraw(after: number, complete?: boolean): Promise<DrawInfo>;
+  /** draws of fetched data so far, per chart id ("main", "cmp-<trial>-<metric>") */
+  draws: Record<string, number>;
+  /** performance.now() of each chart's first draw that showed data */
+  firstDrawn: Record<string, number>;
+  /** resolves with performance.now() once every chart named in `after` has drawn more often
+   *  than `after` says (complete: and its last draw had its markers) */
+  waitForCharts(after: Record<string, number>, complete?: boolean): Promise<number>;
 }
 
 const waiters: { after: number; complete: boolean; resolve: (d: DrawInfo) => void }[] = [];
+const chartWaiters: { after: Record<string, number>; complete: boolean; resolve: (t: number) => void }[] = [];
+
+function chartsDone(after: Record<string, number>, complete: boolean): boolean {
+  return Object.entries(after).every(([id, n]) =>
+    (hooks.draws[id] ?? 0) > n && (!complete || hooks.charts[id]?.complete === true));
+}
 
 export const hooks: Hooks = {
   version: 1,
@@ -81,6 +101,12 @@ export const hooks: Hooks = {
     if (hooks.drawCount > after && last && (last.complete || !complete)) return Promise.resolve(last);
     return new Promise((resolve) => waiters.push({ after, complete, resolve }));
   },
+  draws: {},
+  firstDrawn: {},
+  waitForCharts(after: Record<string, number>, complete = false): Promise<number> {
+    if (chartsDone(after, complete)) return Promise.resolve(performance.now());
+    return new Promise((resolve) => chartWaiters.push({ after, complete, resolve }));
+  },
 };
 (window as unknown as { __tunescope: Hooks }).__tunescope = hooks;
 
@@ -89,6 +115,14 @@ let firstComplete = false;
 
 export function recordDraw(info: DrawInfo): void {
   hooks.charts[info.chart] = info;
+  hooks.draws[info.chart] = (hooks.draws[info.chart] ?? 0) + 1;
+  if (!(info.chart in hooks.firstDrawn) && info.series.some((s) => s.count > 0)) {
+    hooks.firstDrawn[info.chart] = performance.now();
+  }
+  for (let i = chartWaiters.length - 1; i >= 0; i--) {
+    const w = chartWaiters[i];
+    if (chartsDone(w.after, w.complete)) chartWaiters.splice(i, 1)[0].resolve(performance.now());
+  }
   if (info.chart !== "main") return;
   hooks.drawCount += 1;
   info.seq = hooks.drawCount;
@@ -105,6 +139,15 @@ export function recordDraw(info: DrawInfo): void {
     const w = waiters[i];
     if (hooks.drawCount > w.after && (info.complete || !w.complete)) waiters.splice(i, 1)[0].resolve(info);
   }
+}
+
+let scalarsMarked = false;
+
+/** The Training or Evaluation tab drew its charts (the first time only: a performance mark). */
+export function recordScalarsDrawn(): void {
+  if (scalarsMarked) return;
+  scalarsMarked = true;
+  performance.mark("scalars-drawn");
 }
 
 export function recordError(message: string): void {

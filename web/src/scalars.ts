@@ -5,10 +5,15 @@ import uPlot from "uplot";
 import { api, type RunDetail, type ScalarPoint } from "./api";
 import { h, replace } from "./dom";
 import { fmtDuration, fmtElapsed, fmtTick, fmtValue } from "./format";
+import { recordScalarsDrawn } from "./hooks";
 import { PALETTE } from "./resource/chart";
 import { message, stateBadge, table } from "./widgets";
 
 type Kind = "training" | "evaluation";
+
+/** Scalars of each name and trial a chart asks for (the API thins longer curves, keeping
+ *  each stretch's lowest and highest value and the latest). */
+const CURVE_POINTS = 2000;
 
 function order(name: string): number {
   if (/loss/i.test(name)) return 0;
@@ -57,6 +62,7 @@ class ScalarChart {
       legend: { show: false },
       cursor: { sync: { key: "tunescope-step" }, drag: { x: true, y: false } },
       scales: { x: { time: false } },
+      hooks: { draw: [() => recordScalarsDrawn()] },
       series: [{}, ...labels.map((l) => ({ label: l.name, stroke: l.color, width: 1.5, spanGaps: true }))],
       axes: [
         { stroke: "#5b6675", grid: { stroke: "#eef1f5" }, label: "step", labelSize: 16,
@@ -95,7 +101,9 @@ export class ScalarsTab {
   private async load(): Promise<void> {
     let byTrial: ScalarPoint[][];
     try {
-      byTrial = (await Promise.all(this.run.trials.map((t) => api.scalars(t.id)))).map((r) => r.scalars);
+      // thinned to what a chart can show: a long trial logs tens of thousands per name
+      byTrial = (await Promise.all(this.run.trials.map((t) => api.scalars(t.id, CURVE_POINTS))))
+        .map((r) => r.scalars);
     } catch (e) {
       if (!this.dead) replace(this.el, message("error", `Could not load scalars: ${(e as Error).message}`));
       return;

@@ -15,19 +15,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from starlette.responses import JSONResponse
+
 from tunescope._kept import Kept
 from tunescope.analyze import SEVERITIES, Finding, FindingSettings, findings_for_trial, trial_end
 from tunescope.errors import NotFound
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Principal
 from tunescope.server._errors import invalid, not_found
-from tunescope.store import RunInfo, SeriesInfo, Store, TrialInfo
+from tunescope.server._serialize import scalar_json
+from tunescope.store import RunInfo, Scalar, SeriesInfo, Store, TrialInfo
 
 __all__ = [
     "FINDINGS_REFRESH_S",
     "RUNS_LIST_BUDGET_S",
     "FindingsCache",
     "RunSummaries",
+    "ScalarCurves",
     "device_key",
     "finding_counts",
     "host_device_key",
@@ -35,6 +39,7 @@ __all__ = [
     "read_cursor",
     "resolve_run",
     "resolve_trial",
+    "thin_scalars",
     "visible_projects",
     "window_bounds",
     "write_cursor",
@@ -174,6 +179,33 @@ def series_extent(store: Store, infos: list[SeriesInfo]) -> tuple[float, float] 
     return min(e[0] for e in extents), max(e[1] for e in extents)
 
 
+def thin_scalars(rows: Sequence[Scalar], points: int) -> list[Scalar]:
+    """At most ``points`` (>= 4) of each name's scalars, in their order (``rows`` ordered by
+    name, then step): a name with more keeps its first and last, and the lowest and highest
+    value of each of ``(points - 2) // 2`` equal runs of the rows between them, so a curve
+    drawn from them keeps its spikes and its latest value."""
+    out: list[Scalar] = []
+    i = 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j].name == rows[i].name:
+            j += 1
+        if j - i <= points:
+            out.extend(rows[i:j])
+        else:
+            runs = (points - 2) // 2
+            inner = rows[i + 1 : j - 1]
+            out.append(rows[i])
+            for k in range(runs):
+                part = inner[k * len(inner) // runs : (k + 1) * len(inner) // runs]
+                lo = min(range(len(part)), key=lambda x: part[x].value)
+                hi = max(range(len(part)), key=lambda x: part[x].value)
+                out.extend(part[x] for x in sorted({lo, hi}))
+            out.append(rows[j - 1])
+        i = j
+    return out
+
+
 def series_peak(store: Store, info: SeriesInfo) -> float | None:
     """The highest sample of a series, from stored chunk summaries (no decoding)."""
     extent = store.series_extent(info.id)
@@ -239,6 +271,43 @@ def _fingerprint(trial: TrialInfo) -> tuple[str, float | None, float | None, str
     """What changes when a trial's findings may change: every writer (sampler, SDK flusher,
     ingest) refreshes the heartbeat when it writes, and a trial that ends sets state and end."""
     return (trial.state, trial.end, trial.heartbeat, trial.error)
+
+
+CURVES_KEPT = 128
+"""Thinned scalar answers (trial, name, points) a server remembers."""
+CURVES_MAX_ROWS = 10_000
+"""Thinned answers longer than this are not remembered (a bound on the cache's memory)."""
+
+
+class ScalarCurves:
+    """The scalars route's answer with a trial's scalars thinned for a chart
+    (:func:`thin_scalars`), as JSON, remembered while the trial's fingerprint (state, end,
+    heartbeat, error: every writer refreshes the heartbeat when it writes) is unchanged, so a
+    finished trial's curves are read and encoded once. A day-long trial logs tens of thousands
+    of scalars, and a run's Training tab asks for every trial's each time it opens."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._kept: Kept[tuple[int, str | None, int], tuple[object, bytes]] = Kept(CURVES_KEPT)
+
+    def answer(self, trial: TrialInfo, name: str | None, points: int) -> bytes:
+        """``{names, scalars, next: null}`` of ``GET /api/trials/{trial}/scalars?points=``."""
+        key = (trial.id, name, points)
+        fingerprint = _fingerprint(trial)
+        hit = self._kept.get(key)
+        if hit is not None and hit[0] == fingerprint:
+            return hit[1]
+        rows = thin_scalars(self._store.scalars(trial.id, name), points)
+        body = JSONResponse(
+            {
+                "names": self._store.scalar_names(trial.id),
+                "scalars": [scalar_json(x) for x in rows],
+                "next": None,
+            }
+        ).body
+        if len(rows) <= CURVES_MAX_ROWS:
+            self._kept.put(key, (fingerprint, bytes(body)))
+        return bytes(body)
 
 
 @dataclass(frozen=True)

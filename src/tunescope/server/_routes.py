@@ -21,6 +21,7 @@ from tunescope.server._errors import invalid, not_found
 from tunescope.server._queries import (
     FindingsCache,
     RunSummaries,
+    ScalarCurves,
     device_key,
     finding_counts,
     host_device_key,
@@ -127,6 +128,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     ``/metrics``; by default one of the routes' own with the default thresholds."""
     router = APIRouter()
     summaries = RunSummaries(store)
+    curves = ScalarCurves(store)
     if findings is None:
         findings = FindingsCache(store)
     metrics_body = [metric_json(m) for m in CATALOG]
@@ -323,8 +325,21 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
             Query(ge=1, le=MAX_SCALARS, description="most scalars in this page (default: all)"),
         ] = None,
         cursor: Cursor = None,
+        points: Annotated[
+            int | None,
+            Query(
+                ge=4,
+                le=MAX_POINTS,
+                description="at most this many scalars of each name, thinned for a chart "
+                "(not with limit or cursor)",
+            ),
+        ] = None,
     ) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
+        if points is not None and (limit is not None or cursor is not None):
+            raise invalid("points cannot be combined with limit or cursor")
+        if points is not None:
+            return Response(curves.answer(info, name, points), media_type="application/json")
         names = store.scalar_names(info.id)
         if limit is None and cursor is None:
             rows, more = store.scalars(info.id, name), None

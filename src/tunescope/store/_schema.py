@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
@@ -147,6 +147,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             _HOSTS,
         ),
     },
+    # 6: events by kind, so a window of one kind (a chart's sampler gaps, its evaluations)
+    #    reads only that kind's rows, not every optimizer step of the window around them
+    ("CREATE INDEX events_by_kind ON events (trial_id, kind, t)",),
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

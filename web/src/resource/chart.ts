@@ -8,6 +8,7 @@ import { h, replace } from "../dom";
 import { ELAPSED_INCRS, fmtElapsed, fmtTick, fmtValue } from "../format";
 import { type DrawInfo, recordDraw } from "../hooks";
 import { GapLayer } from "./gaps";
+import { aggregate, aggregateLabel, aggregation, gapLimit, hostsOf, seriesLabel } from "./hosts";
 import { type MarkerData, MarkerLayer } from "./markers";
 import type { Span } from "./span";
 
@@ -26,8 +27,13 @@ export function deviceLabel(metric: MetricInfo, device: string | null): string {
   return metric.scope === "host" ? "Host" : "Trial";
 }
 
+/** The trial's line across hosts: drawn dashed, darker, without a band. */
+export const AGGREGATE_COLOR = "#111827";
+
 interface DeviceMeta {
   device: string | null;
+  /** the host that measured it; null for the trial's line across hosts */
+  host: string | null;
   label: string;
   note: string | null;
   /** damaged chunks the server could not decode in this window */
@@ -51,34 +57,27 @@ export interface ChartOptions {
   compact?: boolean;
 }
 
-/** Median of the positive gaps between successive times (sampled for long arrays). */
-function medianStep(t: number[]): number {
-  const d: number[] = [];
-  const stride = Math.max(1, Math.floor(t.length / 512));
-  for (let i = stride; i < t.length; i += stride) d.push((t[i] - t[i - stride]) / stride);
-  if (!d.length) return 0;
-  d.sort((a, b) => a - b);
-  return d[d.length >> 1];
-}
-
 interface Shaped {
   data: uPlot.AlignedData;
   devices: DeviceMeta[];
 }
 
-/** The API's window as uPlot columns: x, then mean/min/max per device (display units). */
+/** The API's window as uPlot columns: x, then mean/min/max per host and device (display
+ *  units), then, for a trial that ran on several hosts, its total or mean across them (its
+ *  min/max columns empty). */
 export function shape(win: SeriesWindow, metric: MetricInfo, offset: number): Shaped {
   const tables: uPlot.AlignedData[] = [];
   const devices: DeviceMeta[] = [];
   const k = metric.scale;
   const bucket = (win.end - win.start) / Math.max(1, win.points);
+  const hosts = hostsOf(win.series);
+  const multiHost = hosts.length > 1;
   win.series.forEach((s, i) => {
     const x: number[] = [];
     const mean: (number | null)[] = [];
     const lo: (number | null)[] = [];
     const hi: (number | null)[] = [];
-    const step = medianStep(s.t);
-    const gap = s.mode === "buckets" ? 2.5 * Math.max(bucket, step) : 3 * Math.max(step, 1e-3);
+    const gap = gapLimit(s, bucket);
     let max: number | null = null;
     for (let j = 0; j < s.t.length; j++) {
       if (j > 0 && s.t[j] - s.t[j - 1] > gap) {
@@ -100,12 +99,28 @@ export function shape(win: SeriesWindow, metric: MetricInfo, offset: number): Sh
     }
     tables.push([x, mean, lo, hi] as uPlot.AlignedData);
     devices.push({
-      device: s.device, label: deviceLabel(metric, s.device), note: s.note,
-      damaged: s.corrupt_chunks ?? 0, mode: s.mode,
+      device: s.device, host: s.host,
+      label: seriesLabel(s.host, s.device, deviceLabel(metric, s.device), multiHost),
+      note: s.note, damaged: s.corrupt_chunks ?? 0, mode: s.mode,
       count: s.t.length, max, last: s.t.length ? s.t[s.t.length - 1] - offset : null,
       color: PALETTE[i % PALETTE.length],
     });
   });
+  const kind = aggregation(metric);
+  if (multiHost && kind !== null) {
+    const agg = aggregate(win, kind);
+    const x = agg.t.map((t) => t - offset);
+    const v = agg.v.map((a) => (a === null ? null : a * k));
+    const none = v.map(() => null);
+    tables.push([x, v, none, none] as uPlot.AlignedData);
+    let max: number | null = null;
+    for (const a of v) if (a !== null && (max === null || a > max)) max = a;
+    devices.push({
+      device: null, host: null, label: aggregateLabel(kind, hosts.length), note: null,
+      damaged: 0, mode: kind, count: x.length, max,
+      last: x.length ? x[x.length - 1] : null, color: AGGREGATE_COLOR,
+    });
+  }
   if (!tables.length) return { data: [[]], devices };
   return { data: tables.length === 1 ? tables[0] : uPlot.join(tables), devices };
 }
@@ -180,7 +195,10 @@ export class MetricChart {
     this.info = {
       chart: this.opts.id, metric: metric.key, unit: metric.unit, trial, from: span.from,
       to: span.to, width: this.plotWidth(), points: win.points,
-      series: shaped.devices.map((d) => ({ device: d.device, mode: d.mode, count: d.count, max: d.max, last: d.last })),
+      series: shaped.devices.map((d) => ({
+        device: d.device, host: d.host, label: d.label, mode: d.mode, count: d.count, max: d.max,
+        last: d.last,
+      })),
       yMax: null, markers: null, gaps: null, seq: 0, complete: markers === null,
     };
     this.pending = true;
@@ -222,7 +240,9 @@ export class MetricChart {
     const series: uPlot.Series[] = [{}];
     const bands: uPlot.Band[] = [];
     shaped.devices.forEach((d, i) => {
-      series.push({ label: d.label, stroke: d.color, width: 1.5, spanGaps: false });
+      const total = d.host === null;
+      series.push({ label: d.label, stroke: d.color, width: total ? 2 : 1.5, spanGaps: false,
+        dash: total ? [6, 4] : undefined });
       // the band's edges are drawn too (faintly): a one-bucket spike is then still a line
       const edge = { stroke: rgba(d.color, 0.45), width: 1, spanGaps: false, points: { show: false } };
       series.push({ label: `${d.label} min`, ...edge });
@@ -355,7 +375,7 @@ export class MetricChart {
           "be read: shown as one coarser bucket each, or missing at the window's edges"
         : "";
       return h("span", { class: "legend-item", title: [d.note, damage].filter(Boolean).join("; ") },
-        h("span", { class: "swatch", style: `--c:${d.color}` }),
+        h("span", { class: d.host === null ? "swatch swatch-dashed" : "swatch", style: `--c:${d.color}` }),
         h("span", { class: "legend-label" },
           d.label + (d.damaged ? " (damaged)" : d.note ? " *" : "")),
         h("span", { class: "legend-value" }, text || "—"));

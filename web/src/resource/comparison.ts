@@ -5,7 +5,7 @@
 import type { MetricInfo, Trial } from "../api";
 import { h, icon, replace } from "../dom";
 import { stateBadge } from "../widgets";
-import { SeriesPanel } from "./panel";
+import { type LoadStep, SeriesPanel } from "./panel";
 import type { Pin } from "./state";
 import type { Span } from "./span";
 
@@ -29,7 +29,12 @@ export class ComparisonPanel {
   private readonly stackBox: HTMLElement;
   private readonly alignBox: HTMLInputElement;
   private readonly count: HTMLElement;
-  private readonly panels = new Map<string, { panel: SeriesPanel; card: HTMLElement; title: HTMLElement }>();
+  /** `window`: the window the chart shows or is fetching (trial, metric, offset, span), so
+   *  a view change that leaves it as it was (another trial or metric in the main chart)
+   *  fetches nothing for it */
+  private readonly panels = new Map<string, {
+    panel: SeriesPanel; card: HTMLElement; title: HTMLElement; window: string | null;
+  }>();
   private pins: Pin[] = [];
 
   constructor(private readonly host: ComparisonHost, syncKey: string) {
@@ -83,7 +88,7 @@ export class ComparisonPanel {
         });
         const title = h("div", { class: "cmp-card-title" });
         const card = h("div", { class: "cmp-card" }, title, panel.chart.el);
-        entry = { panel, card, title };
+        entry = { panel, card, title, window: null };
         this.panels.set(pinKey(p), entry);
       }
       entry.card.classList.toggle("is-selected", i === sel);
@@ -97,9 +102,10 @@ export class ComparisonPanel {
     this.render(this.pins, sel, align);
   }
 
-  /** Load every stacked chart for `span` (only running trials when `onlyLive`). */
-  load(span: Span, onlyLive = false): Promise<unknown> {
-    const jobs: Promise<boolean>[] = [];
+  /** Load every stacked chart for `span` whose window changed (every running trial's, which
+   *  grows, when `onlyLive`; only those then). */
+  load(span: Span, onlyLive = false, step: LoadStep | null = null): Promise<unknown> {
+    const jobs: Promise<unknown>[] = [];
     for (const p of this.pins) {
       const entry = this.panels.get(pinKey(p));
       const trial = this.host.trial(p.trial);
@@ -110,7 +116,15 @@ export class ComparisonPanel {
         continue;
       }
       if (onlyLive && trial.state !== "running") continue;
-      jobs.push(entry.panel.load(trial, metric, span, this.host.offset(trial)));
+      const offset = this.host.offset(trial);
+      const window = `${trial.id}|${metric.key}|${offset}|${span.from}|${span.to}`;
+      if (!onlyLive && entry.window === window) continue;
+      const e = entry;
+      e.window = window;
+      jobs.push(e.panel.load(trial, metric, span, offset, step).then((done) => {
+        // superseded (by a newer window) or failed: the next view change fetches it again
+        if ((!done || e.panel.failed) && e.window === window) e.window = null;
+      }));
     }
     return Promise.all(jobs);
   }

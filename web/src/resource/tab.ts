@@ -9,7 +9,7 @@ import { hooks } from "../hooks";
 import { stateBadge } from "../widgets";
 import { type ComparisonHost, ComparisonPanel } from "./comparison";
 import { type FindingsHost, FindingsPanel } from "./findings";
-import { SeriesPanel } from "./panel";
+import { LoadStep, SeriesPanel } from "./panel";
 import * as S from "./span";
 import { loadPins, type ResourceView, readView, savePins, viewQuery } from "./state";
 import { TimeRange } from "./timerange";
@@ -294,12 +294,15 @@ export class ResourceTab implements ComparisonHost, FindingsHost {
     const trial = this.view.trial !== null ? this.trial(this.view.trial) : undefined;
     const metric = this.metric(this.view.metric ?? "");
     const span = this.span();
-    const jobs: Promise<unknown>[] = [this.cmp.load(span, onlyLive)];
+    // every chart's series first, then their markers
+    const step = new LoadStep();
+    const jobs: Promise<unknown>[] = [this.cmp.load(span, onlyLive, step)];
     if (!trial) {
       this.main.chart.setMessage("This run has no trials yet.");
     } else if (metric) {
-      jobs.push(this.main.load(trial, metric, span, this.offset(trial)));
+      jobs.push(this.main.load(trial, metric, span, this.offset(trial), step));
     }
+    step.seal();
     await Promise.all(jobs);
   }
 

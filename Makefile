@@ -120,4 +120,4 @@ bench-peers: $(PEERS_STAMP)
 
 clean:
 	rm -rf $(VENV) web/node_modules web/.test-out web/src/api-types.ts src/tunescope/server/static \
-	  bench/out bench/.venv-peers dist
+	  bench/out dist

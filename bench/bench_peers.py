@@ -635,12 +635,12 @@ def table(res: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
         row("monitor CPU, % of one core, 1 s interval", ratio("monitor_cpu_pct", "fast", ".2f")),
         row("monitor memory, MiB, default interval", ratio("monitor_mib", "default", ".1f")),
         row("monitor memory, MiB, 1 s interval", ratio("monitor_mib", "fast", ".1f")),
-        row("step call, µs per call (ratio to tunescope)", ratio("step_us", "fast", ".2f")),
+        row("step call, µs per call", ratio("step_us", "fast", ".2f")),
         row(
             "bytes on disk per point, 24 h 1 Hz series", ratio("day_bytes_per_point", "day", ".2f")
         ),
         row("writing that series, s", ratio("day_write_s", "day", ".1f")),
-        row("1,000-point window of it, ms (ratio)", ratio("day_window_ms", "day", ".1f")),
+        row("1,000-point window of it (min/max/mean), ms", ratio("day_window_ms", "day", ".1f")),
         row(
             "1,000 sampled points of it (no min/max), ms",
             lambda t: (
@@ -702,6 +702,10 @@ def _doc(res: dict[str, dict[str, dict[str, Any]]], lines: list[str], total: flo
         f"- {name}: {res[t]['day']['day_how']}."
         for t, name in zip(TOOLS, ("W&B", "MLflow", "tunescope"), strict=True)
     )
+    odds = ", ".join(
+        f"{min(1.0, (SPIKE_S + LAG_S) / T):.0%} at {T:g} s"
+        for T in sorted({1.0, *(res[t]["default"]["interval"] for t in TOOLS)})
+    )
     mon = "\n".join(
         f"- {name}: {res[t]['fast']['monitor']}; step call `{res[t]['fast']['step_call']}`."
         for t, name in zip(TOOLS, ("W&B", "MLflow", "tunescope"), strict=True)
@@ -731,7 +735,9 @@ with `tunescope.record` on SQLite.
 
 {chr(10).join(lines)}
 
-Ratios in brackets are to tunescope's figure in the same run.
+Ratios in brackets are to tunescope's figure in the same run. Spike counts are small and
+vary from run to run: one sample every T s lands inside a {SPIKE_S} s spike, or up to
+{LAG_S} s after it, with probability at most about {SPIKE_S + LAG_S:g}/T ({odds}).
 
 ## How each figure was read
 

@@ -7,7 +7,7 @@ STATIC  := src/tunescope/server/static/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/openapi.json web/package.json \
            web/package-lock.json web/build.mjs web/types.mjs web/tsconfig.json
 
-.PHONY: setup web web-test openapi browser demo test lint format bench gpu-check screenshot dist clean
+.PHONY: setup web web-test openapi browser demo test lint format bench bench-peers gpu-check screenshot dist clean
 
 setup: $(STAMP) $(STATIC)
 
@@ -102,6 +102,21 @@ screenshot: setup browser
 
 bench: setup browser
 	$(BIN)/python bench/run.py
+
+# tunescope beside W&B (offline) and MLflow (local store), the same workload under each, in a
+# venv of its own (bench/.venv-peers: the full mlflow, not the main venv's mlflow-skinny).
+# Prints a side-by-side table and writes docs/performance.md from it.
+PEERS_VENV  := bench/.venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+$(PEERS_STAMP): pyproject.toml
+	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/pip install -q -e . wandb mlflow psutil
+	touch $(PEERS_STAMP)
+
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python bench/bench_peers.py --write-docs
 
 clean:
 	rm -rf $(VENV) web/node_modules web/.test-out web/src/api-types.ts src/tunescope/server/static \

@@ -122,11 +122,13 @@ class Trial:
         params: dict[str, Any] | None,
         *,
         attach: tuple[str, str] | None = None,
+        key: str | None = None,
     ) -> None:
         self._run = run
         self._name = name
         self._params = dict(params or {})
         self._attach = attach
+        self._given_key = key
         self._key: str | None = None
         self._spec: TrialSpec | None = None
         self._rec: _state.Recorder | None = None
@@ -138,7 +140,7 @@ class Trial:
         self._entered = False
         self._left = False
         self._replica = False
-        self._end_as: tuple[str, str | None] | None = None
+        self._end_as: tuple[str, str | None, bool] | None = None
         self._once = Once(LOG)
 
     # ------------------------------------------------------------------ identity
@@ -257,7 +259,7 @@ class Trial:
         url = run.store_url
         spec: TrialSpec | None = None
         if owner:
-            key = new_key()
+            key = self._given_key or new_key()
             spec = TrialSpec(
                 key=key,
                 run=run.name,
@@ -338,14 +340,14 @@ class Trial:
         """How an owner trial ended (attached trials leave that to the owner)."""
         if self._attach is not None:
             return None
-        state, error = "completed", None
+        state, error, defer = "completed", None, False
         if self._end_as is not None:
-            state, error = self._end_as
+            state, error, defer = self._end_as
         elif exc is not None and _is_pruned(exc):
             state = "pruned"
         elif exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             state, error = "failed", _error_text(exc)
-        return TrialEnd(state, t_end, error)
+        return TrialEnd(state, t_end, error, only_if_running=defer)
 
     # ------------------------------------------------------------------ recording
     def _events(self) -> Any:
@@ -520,12 +522,14 @@ class Trial:
         self._params = merged
 
     @guarded()
-    def end_as(self, state: str, error: str | None = None) -> None:
+    def end_as(self, state: str, error: str | None = None, *, defer: bool = False) -> None:
         """Set how this (owner) trial ends, whatever ends its block: ``"completed"``,
-        ``"pruned"`` (stopped early by a pruner) or ``"failed"`` with ``error``."""
+        ``"pruned"`` (stopped early by a pruner) or ``"failed"`` with ``error``. With
+        ``defer`` the end is written only if the trial is still running in the store then:
+        another process that knows better (Ray Tune's driver) may have ended it already."""
         if state not in ("completed", "pruned", "failed"):
             raise ValueError(f"a trial ends completed, pruned or failed, not {state!r}")
-        self._end_as = (state, None if error is None else str(error)[:4000])
+        self._end_as = (state, None if error is None else str(error)[:4000], bool(defer))
 
     @guarded()
     def mark(self, name: str) -> None:

@@ -86,7 +86,9 @@ def test_an_asha_sweep_on_two_nodes(cluster: Any, sqlite_url: str, tmp_path: Pat
         track(_train, interval=0.2),
         # two good trials run first (one per node), then two bad ones, then one that raises
         param_space={"level": tune.grid_search([0.0, 0.1, 5.0, 6.0, -1.0])},
-        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=asha),
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", scheduler=asha, reuse_actors=True
+        ),
         run_config=tune.RunConfig(
             name="asha-sweep",
             storage_path=str(tmp_path / "ray"),
@@ -108,7 +110,7 @@ def test_an_asha_sweep_on_two_nodes(cluster: Any, sqlite_url: str, tmp_path: Pat
             level = r.config["level"]
             (ours,) = [t for name, t in trials.items() if t.params == {"level": level}]
             assert ours.end is not None and ours.host
-            assert st.list_series(ours.id, "cpu.util"), ours.name  # sampled where it ran
+            assert st.list_series(ours.id, "cpu.mem"), ours.name  # sampled where it ran
             if r.error is not None:
                 assert ours.state == "failed"
                 assert ours.error == "ValueError: diverged"
@@ -123,6 +125,8 @@ def test_an_asha_sweep_on_two_nodes(cluster: Any, sqlite_url: str, tmp_path: Pat
             # Tune's word: a trial ASHA let run its budget completed, the others were pruned
             expected = "completed" if last == ITERATIONS else "pruned"
             assert ours.state == expected, (ours.name, last)
+            if expected == "completed":  # long enough for a rate between two samples
+                assert st.list_series(ours.id, "cpu.util"), ours.name
             states.append(expected)
             losses = st.scalars(ours.id, "loss")
             assert [(s.step, s.value) for s in losses] == [

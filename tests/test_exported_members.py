@@ -100,6 +100,8 @@ PUBLIC = {
         "ENV_TRIAL_KEY",
         "process_rank",
         "trial_env",
+        "jsonable",
+        "error_text",
     },
 }
 

@@ -86,9 +86,7 @@ def test_an_asha_sweep_on_two_nodes(cluster: Any, sqlite_url: str, tmp_path: Pat
         track(_train, interval=0.2),
         # two good trials run first (one per node), then two bad ones, then one that raises
         param_space={"level": tune.grid_search([0.0, 0.1, 5.0, 6.0, -1.0])},
-        tune_config=tune.TuneConfig(
-            metric="loss", mode="min", scheduler=asha, reuse_actors=True
-        ),
+        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=asha, reuse_actors=True),
         run_config=tune.RunConfig(
             name="asha-sweep",
             storage_path=str(tmp_path / "ray"),

@@ -72,7 +72,6 @@ from ray.tune.result import AUTO_RESULT_KEYS
 import tunescope.record as ts
 from tunescope.errors import ConfigError
 from tunescope.integrations._common import LOG, safe
-from tunescope.record._trial import _error_text, _jsonable
 from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, os_user, project_of, resolve_url
 
 __all__ = ["TunescopeCallback", "track", "trial_key"]
@@ -209,7 +208,7 @@ def _reached(result: Mapping[str, Any], criteria: Mapping[str, Any]) -> bool:
     return False
 
 
-class TunescopeCallback(Callback):  # type: ignore[misc]
+class TunescopeCallback(Callback):
     """Tune's driver-side half (see the module doc): the reported metrics as scalars and how
     each trial ended, written by the trial's key. ``run`` and ``store`` as given to
     :func:`track` (they name the run of a trial the driver reaches the store for before its
@@ -236,6 +235,8 @@ class TunescopeCallback(Callback):  # type: ignore[misc]
         return state
 
     def _put(self, trial: Any, result: Mapping[str, Any] | None = None, **kw: Any) -> None:
+        if ts.disabled():  # $TUNESCOPE_MODE=disabled: no store opened, no thread started
+            return
         if self._writer is None:
             self._writer = Writer(self._url, name="ray tune callback")
         experiment = trial.experiment_dir_name
@@ -246,7 +247,7 @@ class TunescopeCallback(Callback):  # type: ignore[misc]
             key=key,
             run=self._run or experiment,
             name=str(trial),
-            params=_jsonable(dict(trial.config or {})),
+            params=ts.jsonable(dict(trial.config or {})),
             host=str(res.get("hostname") or socket.gethostname()),
             pids=(int(pid),) if isinstance(pid, int) else (),
             start=time.time(),
@@ -280,7 +281,7 @@ class TunescopeCallback(Callback):  # type: ignore[misc]
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self._stopped.pop(trial.trial_id, None)
         err = trial.get_error() if hasattr(trial, "get_error") else None
-        text = _error_text(err) if isinstance(err, BaseException) else "the trial failed in Tune"
+        text = ts.error_text(err) if isinstance(err, BaseException) else "the trial failed in Tune"
         # deferred: the worker's own error (the function's exception) is the better one
         self._put(trial, end=TrialEnd("failed", time.time(), text, only_if_running=True))
 

@@ -49,7 +49,7 @@ from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, new_key, os_user
 if TYPE_CHECKING:
     from tunescope.record._run import Run
 
-__all__ = ["ENTER_WAIT_S", "EXIT_WAIT_S", "Trial", "rec_trial"]
+__all__ = ["ENTER_WAIT_S", "EXIT_WAIT_S", "Trial", "error_text", "jsonable", "rec_trial"]
 
 ENTER_WAIT_S = 0.5
 """Longest entering a trial waits for the store and the sampler's first sample."""
@@ -61,24 +61,26 @@ returns within a second whatever the store does."""
 T = TypeVar("T")
 
 
-def _jsonable(value: Any) -> Any:
-    """Params as JSON values: non-finite floats become None, unknown objects their str()."""
+def jsonable(value: Any) -> Any:
+    """Params as JSON values: non-finite floats become None, unknown objects their str()
+    (how a trial keeps its params; for integrations that write a trial's spec themselves)."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     try:
         as_float = float(value)
-        return _jsonable(as_float)
+        return jsonable(as_float)
     except (TypeError, ValueError):
         return str(value)
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """How a failed trial records its exception: ``"Type: message"``, at most 4000 chars."""
     msg = str(exc)
     text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
     return text if len(text) <= 4000 else text[:3997] + "..."
@@ -264,7 +266,7 @@ class Trial:
                 key=key,
                 run=run.name,
                 name=self._name,
-                params=_jsonable(self._params),
+                params=jsonable(self._params),
                 host=socket.gethostname(),
                 pids=(os.getpid(),),
                 start=time.time(),
@@ -346,7 +348,7 @@ class Trial:
         elif exc is not None and _is_pruned(exc):
             state = "pruned"
         elif exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
-            state, error = "failed", _error_text(exc)
+            state, error = "failed", error_text(exc)
         return TrialEnd(state, t_end, error, only_if_running=defer)
 
     # ------------------------------------------------------------------ recording
@@ -512,7 +514,7 @@ class Trial:
         if w is None or key is None:
             return
         merged = {**self.params, **params}
-        batch = Batch(key, params=_jsonable(merged))
+        batch = Batch(key, params=jsonable(merged))
         if self._left:  # the trial's writer is closed: one of its own, bounded like an exit
             late = Writer(self._run.store_url, name=f"{w.name} (late params)", log=self._once)
             late.put(batch)

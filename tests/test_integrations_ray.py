@@ -46,34 +46,41 @@ def _train(config: dict[str, Any]) -> None:
         tune.report({"loss": config["level"] + 1.0 / (i + 1), "extra": {"i": i}, "node": node})
 
 
-@pytest.fixture
-def cluster(spool: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A head and one worker node of one CPU each; the store reaches the workers through
-    $TUNESCOPE_STORE (set before the nodes start, as `ray start` would inherit it)."""
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A head and one worker node of one CPU each, for the module; yields the store's URL.
+    The store reaches the workers through $TUNESCOPE_STORE (set before the nodes start, as
+    `ray start` would inherit it); each test's sweep is a run of its own."""
     import ray
     from ray.cluster_utils import Cluster
 
-    monkeypatch.setenv("TUNESCOPE_STORE", sqlite_url)
-    monkeypatch.setenv("TUNESCOPE_QUIET", "1")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("RAY_DEDUP_LOGS", "0")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
-    node = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
-    c = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    try:
-        c.add_node(**node)
-        ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
-        yield c
-    finally:
-        # the cluster's processes: GCS, raylets, their workers and agents, our samplers
-        started = psutil.Process().children(recursive=True)
-        ray.shutdown()
-        c.shutdown()
+    folder = tmp_path_factory.mktemp("ray-cluster")
+    url = str(folder / "store.db")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TUNESCOPE_STORE", url)
+        mp.setenv("TUNESCOPE_SPOOL", str(folder / "spool"))
+        mp.setenv("TUNESCOPE_QUIET", "1")
+        mp.setenv("OMP_NUM_THREADS", "1")
+        # as docs/integrations.md advises: a trial's sampler outlives its process (Ray ends a
+        # stopped trial's actor) to write its last samples, then exits by itself
+        mp.setenv("RAY_kill_child_processes_on_worker_exit", "0")
+        mp.setenv("PYTHONPATH", os.pathsep.join(sys.path))  # this module, for the workers
+        node = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
+        c = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+        try:
+            c.add_node(**node)
+            ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
+            yield url
+        finally:
+            # the cluster's processes: GCS, raylets, their workers and agents, our samplers
+            started = psutil.Process().children(recursive=True)
+            ray.shutdown()
+            c.shutdown()
     _, alive = psutil.wait_procs(started, timeout=20)
     assert alive == [], [p.cmdline()[:3] for p in alive]
 
 
-def test_an_asha_sweep_on_two_nodes(cluster: Any, sqlite_url: str, tmp_path: Path) -> None:
+def test_an_asha_sweep_on_two_nodes(cluster: str, tmp_path: Path) -> None:
     import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -99,7 +106,7 @@ def test_an_asha_sweep_on_two_nodes(cluster: Any, sqlite_url: str, tmp_path: Pat
     failed = [r for r in grid if r.error is not None]
     assert len(failed) == 1 and len(grid) == 5
 
-    with open_store(sqlite_url) as st:
+    with open_store(cluster) as st:
         trials = {t.name: t for t in st.list_trials(st.get_run("asha-sweep").id)}
         assert len(trials) == 5
         nodes = set()
@@ -139,13 +146,93 @@ def test_an_asha_sweep_on_two_nodes(cluster: Any, sqlite_url: str, tmp_path: Pat
     assert len(nodes) == 2  # both nodes ran trials
 
 
-def test_track_refuses_a_class_and_keeps_the_function() -> None:
+def _fit_class() -> Any:
+    """A class trainable that uses the SDK in its steps; level -1 raises in its second, the
+    process of level -2 dies in its first (as one killed, or on a lost node)."""
     from ray import tune
 
+    import tunescope.record as ts
+
+    class Fit(tune.Trainable):  # type: ignore[misc]
+        def setup(self, config: dict[str, Any]) -> None:
+            self.level, self.i = config["level"], 0
+
+        def step(self) -> dict[str, float]:
+            self.i += 1
+            if self.level == -1 and self.i == 2:
+                raise ValueError("diverged at 2")
+            if self.level == -2:
+                os._exit(3)
+            trial = ts.current_trial()
+            assert trial is not None and trial.recording
+            trial.mark(f"step {self.i}")
+            return {"loss": self.level + 1.0 / self.i}
+
+        def save_checkpoint(self, checkpoint_dir: str) -> dict[str, int]:
+            return {"i": self.i}
+
+        def load_checkpoint(self, checkpoint: dict[str, int]) -> None:
+            self.i = checkpoint["i"]
+
+    return Fit
+
+
+def test_a_class_trainable(cluster: str, tmp_path: Path) -> None:
+    """A Trainable class: each trial recorded from setup to cleanup; the run's stop criterion
+    is its budget (a trial ASHA stops before it is pruned)."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from tunescope.integrations.ray import TunescopeCallback, track
+
+    fit = _fit_class()
+    tracked = track(fit, run="class-sweep", interval=0.2)
+    assert issubclass(tracked, fit) and tracked.__name__ == "Fit"
+    tuner = tune.Tuner(
+        tracked,
+        param_space={"level": tune.grid_search([0.0, -1.0, 5.0, -2.0])},
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", scheduler=ASHAScheduler(grace_period=1, max_t=99)
+        ),
+        run_config=tune.RunConfig(
+            name="class-experiment",
+            storage_path=str(tmp_path / "ray"),
+            stop={"training_iteration": ITERATIONS},
+            callbacks=[TunescopeCallback(run="class-sweep")],
+            verbose=0,
+        ),
+    )
+    grid = tuner.fit()
+    with open_store(cluster) as st:
+        trials = st.list_trials(st.get_run("class-sweep").id)
+        assert len(trials) == len(grid) == 4
+        for r in grid:
+            (ours,) = [t for t in trials if t.params == {"level": r.config["level"]}]
+            assert st.list_series(ours.id, "cpu.mem"), ours.name
+            losses = [(s.step, s.value) for s in st.scalars(ours.id, "loss")]
+            if r.config["level"] == -2:  # its process died: Tune says so through the driver
+                assert ours.state == "failed" and losses == []
+                assert ours.error is not None and ours.error.startswith("ActorDiedError: ")
+                continue
+            if r.error is not None:
+                assert (ours.state, ours.error) == ("failed", "ValueError: diverged at 2")
+                assert losses == [(1, pytest.approx(0.0))]
+                continue
+            last = r.metrics["training_iteration"]
+            assert ours.state == ("completed" if last == ITERATIONS else "pruned")
+            level = r.config["level"]
+            assert losses == [(i, pytest.approx(level + 1.0 / i)) for i in range(1, last + 1)]
+            assert st.count_events(ours.id, kinds=["mark"]) == last
+
+
+def test_track_checks_what_it_is_given() -> None:
+    from tunescope.errors import ConfigError
     from tunescope.integrations.ray import track
 
-    with pytest.raises(TypeError, match="function trainable"):
-        track(tune.Trainable)
+    with pytest.raises(TypeError, match=r"not a ray\.tune\.Trainable"):
+        track(dict)
+    with pytest.raises(ConfigError, match="interval"):
+        track(_train, interval=0)
     wrapped = track(_train)
     assert wrapped.__name__ == "_train"
 

@@ -16,12 +16,12 @@
 
 Two halves, one trial each:
 
-* :func:`track` wraps a function trainable. In the Ray worker process that runs a trial it
-  opens a tunescope trial of the run ``run`` (default: the Tune experiment's name) named as
-  Tune names the trial, with the trial's config as params (values as the SDK keeps them:
-  JSON values, others as their ``str``), and starts its sampler there: the hardware of that
-  worker's process tree on that node. The function's own SDK calls (``ts.current_trial()``)
-  and torch's optimizer steps record into it.
+* :func:`track` wraps a function trainable (or a ``Trainable`` class). In the Ray worker
+  process that runs a trial it opens a tunescope trial of the run ``run`` (default: the Tune
+  experiment's name) named as Tune names the trial, with the trial's config as params
+  (values as the SDK keeps them: JSON values, others as their ``str``), and starts its
+  sampler there: the hardware of that worker's process tree on that node. The trainable's
+  own SDK calls (``ts.current_trial()``) and torch's optimizer steps record into it.
 * :class:`TunescopeCallback`, in ``RunConfig(callbacks=[...])``, runs in the driver. It writes
   the metrics of each ``tune.report`` / ``train.report`` (numbers only, nested dicts as
   ``a/b``, Tune's own bookkeeping keys left out) as scalars at the ``training_iteration``
@@ -38,8 +38,8 @@ How a trial ends:
   ``scheduler`` given to the callback, its ``max_t`` (ASHA, HyperBand);
 * ``pruned``: Tune stopped it before that (the scheduler, e.g. ASHA's early stopping, or a
   ``Stopper``): Tune shows such a trial ``TERMINATED`` like a finished one;
-* ``failed``: its function raised (the error as ``Type: message``), or Tune lost it (its
-  process or node died), with Tune's error.
+* ``failed``: its trainable raised (the error as ``Type: message``), or Tune lost it (its
+  process or node died: Tune's error, e.g. ``ActorDiedError: ...``).
 
 Without the callback, a trial still records its hardware, SDK events, params and an end from
 its own process (``completed`` also when Tune stopped it early; nothing when Ray killed its
@@ -55,16 +55,20 @@ Tune: a failure logs one warning and training goes on unrecorded.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import inspect
 import math
+import os
 import socket
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+import ray.cloudpickle
 import ray.tune
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS
@@ -91,16 +95,30 @@ def trial_key(experiment: str, trial_id: str) -> str:
 
 
 def _open(
-    run: str | None, store: str | None, interval: float, sampler: bool, config: Any
+    run: str | None,
+    store: str | None,
+    interval: float,
+    sampler: bool,
+    config: Any,
+    trainable: Any = None,
 ) -> AbstractContextManager[Any]:
-    """The trial of the Tune trial this process runs (entered by the caller), or a no-op."""
+    """The trial of the Tune trial this process runs (entered by the caller), or a no-op:
+    a class trainable's (``trainable``) or else the function trainable's of Tune's context."""
     try:
-        ctx = ray.tune.get_context()
-        experiment = ctx.get_experiment_name()
-        key = trial_key(experiment, ctx.get_trial_id())
+        if trainable is None:
+            ctx = ray.tune.get_context()
+            experiment, trial_id, name = (
+                ctx.get_experiment_name(),
+                ctx.get_trial_id(),
+                ctx.get_trial_name(),
+            )
+        else:
+            info = trainable._trial_info  # set by Tune before setup() and reset_config()
+            experiment, trial_id, name = info.experiment_name, info.trial_id, info.trial_name
+        key = trial_key(experiment, trial_id)
         params = dict(config) if isinstance(config, Mapping) else {}
         r = ts.run(run or experiment, store=store, interval=interval, sampler=sampler)
-        return r.trial(ctx.get_trial_name(), params=params, key=key)
+        return r.trial(name, params=params, key=key)
     except Exception as exc:
         LOG.warning(
             "tunescope: cannot record this Tune trial (%s: %s); it trains unrecorded",
@@ -108,6 +126,39 @@ def _open(
             exc,
         )
         return nullcontext()
+
+
+_ending: set[threading.Event] = set()
+"""One event per function trial open in this process, set once the trial has been left."""
+_ending_lock = threading.Lock()
+_at_exit: list[bool] = []
+
+
+def _leaving() -> threading.Event:
+    """Note a trial being opened in a training thread. Tune stops a trial by raising in that
+    (daemon) thread and then ends the actor's process: at exit, the process waits (a bounded
+    time) for its trials to be left, so that what they hold reaches the store."""
+    done = threading.Event()
+    with _ending_lock:
+        _ending.add(done)
+        if not _at_exit:
+            _at_exit.append(True)
+            atexit.register(_wait_for_trials)
+    return done
+
+
+def _left(done: threading.Event) -> None:
+    done.set()
+    with _ending_lock:
+        _ending.discard(done)
+
+
+def _wait_for_trials() -> None:
+    deadline = time.monotonic() + ts.EXIT_WAIT_S + 0.5
+    with _ending_lock:
+        pending = list(_ending)
+    for done in pending:
+        done.wait(max(0.0, deadline - time.monotonic()))
 
 
 def _ended_by_tune(trial: Any, exc: BaseException | None) -> None:
@@ -121,54 +172,118 @@ def _ended_by_tune(trial: Any, exc: BaseException | None) -> None:
 
 
 def track(
-    trainable: Callable[..., Any],
+    trainable: Any,
     *,
     run: str | None = None,
     store: str | None = None,
     interval: float = 1.0,
     sampler: bool = True,
-) -> Callable[..., Any]:
-    """Wrap a Tune function trainable (``def train_fn(config)``, a generator one too) so that
-    each of its trials is recorded (see the module doc). ``run``: the run's name (default:
-    the experiment's); ``store``, ``interval``, ``sampler`` as for
-    :func:`tunescope.record.run`. Raises ConfigError for a bad ``interval`` (here, on the
-    driver); the wrapper keeps the function's name, signature and Tune attributes
-    (``tune.with_resources``)."""
-    if inspect.isclass(trainable):
-        raise TypeError(
-            "tunescope.integrations.ray.track wraps a function trainable, not a class: call "
-            "the SDK from the class's setup/step/cleanup instead"
-        )
+) -> Any:
+    """Wrap a Tune trainable so that each of its trials is recorded (see the module doc): a
+    function (``def train_fn(config)``, a generator one too), whose wrapper keeps its name,
+    signature and Tune attributes (``tune.with_resources``); or a ``tune.Trainable`` class,
+    of which it returns a subclass that records each trial from ``setup`` to ``cleanup``
+    (its ``step`` results are the reported metrics). ``run``: the run's name (default: the
+    experiment's); ``store``, ``interval``, ``sampler`` as for :func:`tunescope.record.run`.
+    Raises ConfigError for a bad ``interval`` and TypeError for a class that is no
+    Trainable (here, on the driver)."""
     if not (isinstance(interval, (int, float)) and math.isfinite(interval) and interval > 0):
         raise ConfigError(f"interval must be a positive number of seconds, not {interval!r}")
     url = None if store is None else str(store)
+    if inspect.isclass(trainable):
+        if not issubclass(trainable, ray.tune.Trainable):
+            raise TypeError(f"{trainable.__name__} is a class but not a ray.tune.Trainable")
+        return _track_class(trainable, run, url, interval, sampler)
 
     if inspect.isgeneratorfunction(trainable):
 
         @functools.wraps(trainable)
         def generator(config: Any) -> Iterator[Any]:
-            with _open(run, url, interval, sampler, config) as trial:
-                try:
-                    yield from trainable(config)
-                except BaseException as exc:
-                    _ended_by_tune(trial, exc)
-                    raise
-                _ended_by_tune(trial, None)
+            done = _leaving()
+            try:
+                with _open(run, url, interval, sampler, config) as trial:
+                    try:
+                        yield from trainable(config)
+                    except BaseException as exc:
+                        _ended_by_tune(trial, exc)
+                        raise
+                    _ended_by_tune(trial, None)
+            finally:
+                _left(done)
 
         return generator
 
     @functools.wraps(trainable)
     def function(config: Any) -> Any:
-        with _open(run, url, interval, sampler, config) as trial:
-            try:
-                out = trainable(config)
-            except BaseException as exc:
-                _ended_by_tune(trial, exc)
-                raise
-            _ended_by_tune(trial, None)
-            return out
+        done = _leaving()
+        try:
+            with _open(run, url, interval, sampler, config) as trial:
+                try:
+                    out = trainable(config)
+                except BaseException as exc:
+                    _ended_by_tune(trial, exc)
+                    raise
+                _ended_by_tune(trial, None)
+                return out
+        finally:
+            _left(done)
 
     return function
+
+
+def _track_class(
+    cls: type[ray.tune.Trainable], run: str | None, url: str | None, interval: float, sampler: bool
+) -> type[ray.tune.Trainable]:
+    """A subclass of ``cls`` whose every trial (one per ``setup``, and one more per
+    ``reset_config`` when Tune reuses the actor) is recorded from ``setup`` to ``cleanup``."""
+
+    class Tracked(cls):  # type: ignore[valid-type,misc]
+        _tunescope: Any = None
+
+        def _tunescope_open(self, config: Any) -> None:
+            trial = _open(run, url, interval, sampler, config, trainable=self)
+            trial.__enter__()
+            self._tunescope = trial
+
+        def _tunescope_close(self, exc: BaseException | None) -> None:
+            trial, self._tunescope = self._tunescope, None
+            if trial is not None:
+                _ended_by_tune(trial, exc)
+                trial.__exit__(None if exc is None else type(exc), exc, None)
+
+        def setup(self, config: Any) -> None:
+            self._tunescope_open(config)
+            try:
+                super().setup(config)
+            except BaseException as exc:
+                self._tunescope_close(exc)
+                raise
+
+        def step(self) -> Any:
+            try:
+                return super().step()
+            except BaseException as exc:
+                self._tunescope_close(exc)
+                raise
+
+        def reset_config(self, new_config: Any) -> bool:
+            ok = bool(super().reset_config(new_config))
+            if ok:  # the actor goes on with the next trial
+                self._tunescope_close(None)
+                self._tunescope_open(new_config)
+            return ok
+
+        def cleanup(self) -> None:
+            try:
+                super().cleanup()
+            finally:
+                self._tunescope_close(None)
+
+    Tracked.__name__ = cls.__name__
+    Tracked.__qualname__ = cls.__qualname__
+    Tracked.__module__ = cls.__module__
+    Tracked.__doc__ = cls.__doc__
+    return Tracked
 
 
 def _metrics(result: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
@@ -206,6 +321,27 @@ def _reached(result: Mapping[str, Any], criteria: Mapping[str, Any]) -> bool:
         except (TypeError, ValueError):
             continue
     return False
+
+
+_NO_ERROR = "the trial failed in Tune"
+
+
+def _tune_error(trial: Any) -> str | None:
+    """Tune's error of a failed trial as ``Type: message``: the trainable's own exception
+    (a ``RayTaskError``'s cause), else Tune's (``ActorDiedError``...); None if Tune kept
+    none."""
+    exc = None
+    try:  # Tune has just written it on the driver; its copy in storage may lag behind
+        path = trial.pickled_error_file
+        if path and os.path.exists(path):
+            with open(path, "rb") as f:
+                exc = ray.cloudpickle.load(f)
+    except Exception:
+        exc = None
+    if isinstance(exc, BaseException):
+        cause = getattr(exc, "cause", None)
+        return ts.error_text(cause if isinstance(cause, BaseException) else exc)
+    return None
 
 
 class TunescopeCallback(Callback):
@@ -280,10 +416,13 @@ class TunescopeCallback(Callback):
     @safe
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self._stopped.pop(trial.trial_id, None)
-        err = trial.get_error() if hasattr(trial, "get_error") else None
-        text = ts.error_text(err) if isinstance(err, BaseException) else "the trial failed in Tune"
-        # deferred: the worker's own error (the function's exception) is the better one
-        self._put(trial, end=TrialEnd("failed", time.time(), text, only_if_running=True))
+        text = _tune_error(trial)
+        # Tune's exception is the trainable's own, or why Tune lost the trial (its process or
+        # node died: the sampler's guess, if it wrote first, gives way); without it the
+        # worker's error, if it wrote one, is the better one
+        known = text is not None
+        end = TrialEnd("failed", time.time(), text or _NO_ERROR, only_if_running=not known)
+        self._put(trial, end=end)
 
     @safe
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:

@@ -57,7 +57,17 @@ def test_workers_sharing_a_study_make_one_run(
     optuna: Any, optuna_storage: str, tmp_path: Path
 ) -> None:
     name = f"dist-{uuid.uuid4().hex[:8]}"
-    study = optuna.create_study(study_name=name, storage=optuna_storage)
+    storage = optuna.storages.RDBStorage(optuna_storage)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage)
+        _run_workers(optuna, study, optuna_storage, tmp_path)
+    finally:  # our connections closed before the schema is dropped
+        storage.remove_session()
+        storage.engine.dispose()
+
+
+def _run_workers(optuna: Any, study: Any, optuna_storage: str, tmp_path: Path) -> None:
+    name = study.study_name
     script = tmp_path / "worker.py"
     script.write_text(WORKER, encoding="utf-8")
     with pg_schema() as store_url:

@@ -166,7 +166,8 @@ def _fit_class() -> Any:
             trial = ts.current_trial()
             assert trial is not None and trial.recording
             trial.mark(f"step {self.i}")
-            return {"loss": self.level + 1.0 / self.i}
+            # level 0 is done before the run's budget: it says so itself
+            return {"loss": self.level + 1.0 / self.i, "done": self.level == 0 and self.i == 3}
 
         def save_checkpoint(self, checkpoint_dir: str) -> dict[str, int]:
             return {"i": self.i}
@@ -190,7 +191,7 @@ def test_a_class_trainable(cluster: str, tmp_path: Path) -> None:
     assert issubclass(tracked, fit) and tracked.__name__ == "Fit"
     tuner = tune.Tuner(
         tracked,
-        param_space={"level": tune.grid_search([0.0, -1.0, 5.0, -2.0])},
+        param_space={"level": tune.grid_search([0.0, 0.1, -1.0, 5.0, -2.0])},
         tune_config=tune.TuneConfig(
             metric="loss", mode="min", scheduler=ASHAScheduler(grace_period=1, max_t=99)
         ),
@@ -205,7 +206,7 @@ def test_a_class_trainable(cluster: str, tmp_path: Path) -> None:
     grid = tuner.fit()
     with open_store(cluster) as st:
         trials = st.list_trials(st.get_run("class-sweep").id)
-        assert len(trials) == len(grid) == 4
+        assert len(trials) == len(grid) == 5
         for r in grid:
             (ours,) = [t for t in trials if t.params == {"level": r.config["level"]}]
             assert st.list_series(ours.id, "cpu.mem"), ours.name
@@ -218,9 +219,12 @@ def test_a_class_trainable(cluster: str, tmp_path: Path) -> None:
                 assert (ours.state, ours.error) == ("failed", "ValueError: diverged at 2")
                 assert losses == [(1, pytest.approx(0.0))]
                 continue
-            last = r.metrics["training_iteration"]
-            assert ours.state == ("completed" if last == ITERATIONS else "pruned")
-            level = r.config["level"]
+            last, level = r.metrics["training_iteration"], r.config["level"]
+            if level == 0:
+                assert (last, ours.state) == (3, "completed")
+            else:
+                assert ours.state == ("completed" if last == ITERATIONS else "pruned")
+            assert "tunescope_finished" not in r.metrics  # taken out of Tune's results
             assert losses == [(i, pytest.approx(level + 1.0 / i)) for i in range(1, last + 1)]
             assert st.count_events(ours.id, kinds=["mark"]) == last
 

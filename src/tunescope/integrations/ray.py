@@ -33,9 +33,10 @@ Both name the trial by the same key, derived from the experiment's name and Tune
 
 How a trial ends:
 
-* ``completed``: its function returned; or Tune stopped it once it reached its budget: the
-  run's ``stop`` criteria (``RunConfig(stop={"training_iteration": 20})``) or, for the
-  ``scheduler`` given to the callback, its ``max_t`` (ASHA, HyperBand);
+* ``completed``: its function returned (a class trainable's result said ``done``); or Tune
+  stopped it once it reached its budget: the run's ``stop`` criteria
+  (``RunConfig(stop={"training_iteration": 20})``) or, for the ``scheduler`` given to the
+  callback, its ``max_t`` (ASHA, HyperBand);
 * ``pruned``: Tune stopped it before that (the scheduler, e.g. ASHA's early stopping, or a
   ``Stopper``): Tune shows such a trial ``TERMINATED`` like a finished one;
 * ``failed``: its trainable raised (the error as ``Type: message``), or Tune lost it (its
@@ -82,6 +83,10 @@ __all__ = ["TunescopeCallback", "track", "trial_key"]
 
 _SKIP = frozenset(AUTO_RESULT_KEYS) | {"done", "trial_id", "experiment_tag", "should_checkpoint"}
 """Keys of a Tune result that are Tune's bookkeeping, not the trainable's metrics."""
+
+FINISHED = "tunescope_finished"
+"""Key a tracked class trainable adds to the result it ends with (``done`` True of its own):
+the callback takes it out of the result again, and ends the trial ``completed``."""
 
 CLOSE_WAIT_S = 5.0
 """Longest the callback waits at the experiment's end for its last writes (the rest is
@@ -261,10 +266,14 @@ def _track_class(
 
         def step(self) -> Any:
             try:
-                return super().step()
+                result = super().step()
             except BaseException as exc:
                 self._tunescope_close(exc)
                 raise
+            if isinstance(result, dict) and result.get("done"):
+                # the trainable's own end, which Tune's result does not tell from its stop
+                result = {**result, FINISHED: True}
+            return result
 
         def reset_config(self, new_config: Any) -> bool:
             ok = bool(super().reset_config(new_config))
@@ -348,8 +357,8 @@ class TunescopeCallback(Callback):
     """Tune's driver-side half (see the module doc): the reported metrics as scalars and how
     each trial ended, written by the trial's key. ``run`` and ``store`` as given to
     :func:`track` (they name the run of a trial the driver reaches the store for before its
-    worker does); ``scheduler``: the Tune scheduler, whose ``max_t`` is the budget a trial
-    it stops there completed."""
+    worker does); ``scheduler``: the Tune scheduler, if it has a budget (``max_t`` of ASHA or
+    HyperBand): a trial it stops there has completed, not been pruned."""
 
     def __init__(
         self,
@@ -396,6 +405,7 @@ class TunescopeCallback(Callback):
     def on_trial_result(
         self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
     ) -> None:
+        finished = bool(result.pop(FINISHED, False))  # results may be changed in place
         step = result.get("training_iteration")
         t = time.time()
         step = int(step) if isinstance(step, int) else None
@@ -404,7 +414,8 @@ class TunescopeCallback(Callback):
             budget = dict(trial.stopping_criterion or {})
             if self._budget is not None:
                 budget[self._budget[0]] = self._budget[1]
-            self._stopped[trial.trial_id] = "completed" if _reached(result, budget) else "pruned"
+            done = finished or _reached(result, budget)
+            self._stopped[trial.trial_id] = "completed" if done else "pruned"
         if scalars:
             self._put(trial, result, scalars=scalars)
 

@@ -209,12 +209,12 @@ def test_a_class_trainable(cluster: str, tmp_path: Path) -> None:
         assert len(trials) == len(grid) == 5
         for r in grid:
             (ours,) = [t for t in trials if t.params == {"level": r.config["level"]}]
-            assert st.list_series(ours.id, "cpu.mem"), ours.name
             losses = [(s.step, s.value) for s in st.scalars(ours.id, "loss")]
             if r.config["level"] == -2:  # its process died: Tune says so through the driver
                 assert ours.state == "failed" and losses == []
                 assert ours.error is not None and ours.error.startswith("ActorDiedError: ")
-                continue
+                continue  # (dead at once, perhaps before its sampler's first sample)
+            assert st.list_series(ours.id, "cpu.mem"), ours.name
             if r.error is not None:
                 assert (ours.state, ours.error) == ("failed", "ValueError: diverged at 2")
                 assert losses == [(1, pytest.approx(0.0))]

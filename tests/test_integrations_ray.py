@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,14 @@ def _train(config: dict[str, Any]) -> None:
         opt.step()
         # nested metrics flatten as a/b; a string is Tune's business, not a scalar
         tune.report({"loss": config["level"] + 1.0 / (i + 1), "extra": {"i": i}, "node": node})
+
+
+def _ours(trials: Iterable[Any], result: Any) -> Any:
+    """Our trial of a Tune result: Tune's trial directory starts with the trial's name (a
+    result of a trial that never reported has no config to tell it by)."""
+    folder = os.path.basename(result.path)
+    (ours,) = [t for t in trials if folder.startswith(f"{t.name}_")]
+    return ours
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +120,8 @@ def test_an_asha_sweep_on_two_nodes(cluster: str, tmp_path: Path) -> None:
         nodes = set()
         states = []
         for r in grid:
-            level = r.config["level"]
-            (ours,) = [t for name, t in trials.items() if t.params == {"level": level}]
+            ours = _ours(trials.values(), r)
+            level = ours.params["level"]
             assert ours.end is not None and ours.host
             assert st.list_series(ours.id, "cpu.mem"), ours.name  # sampled where it ran
             if r.error is not None:
@@ -208,9 +216,9 @@ def test_a_class_trainable(cluster: str, tmp_path: Path) -> None:
         trials = st.list_trials(st.get_run("class-sweep").id)
         assert len(trials) == len(grid) == 5
         for r in grid:
-            (ours,) = [t for t in trials if t.params == {"level": r.config["level"]}]
+            ours = _ours(trials, r)
             losses = [(s.step, s.value) for s in st.scalars(ours.id, "loss")]
-            if r.config["level"] == -2:  # its process died: Tune says so through the driver
+            if ours.params["level"] == -2:  # its process died: Tune says so through the driver
                 assert ours.state == "failed" and losses == []
                 assert ours.error is not None and ours.error.startswith("ActorDiedError: ")
                 continue  # (dead at once, perhaps before its sampler's first sample)
@@ -219,7 +227,7 @@ def test_a_class_trainable(cluster: str, tmp_path: Path) -> None:
                 assert (ours.state, ours.error) == ("failed", "ValueError: diverged at 2")
                 assert losses == [(1, pytest.approx(0.0))]
                 continue
-            last, level = r.metrics["training_iteration"], r.config["level"]
+            last, level = r.metrics["training_iteration"], ours.params["level"]
             if level == 0:
                 assert (last, ours.state) == (3, "completed")
             else:

@@ -134,6 +134,15 @@ def test_a_given_key_and_a_deferred_end(sqlite_url: str, db: Store) -> None:
             t.end_as("completed", defer=True)
         with run.trial("ended-here", key="here-1") as t:
             t.end_as("completed", defer=True)
+            t.mark("first")
+        with run.trial("ended-here", key="here-1") as t:  # the same key: the same trial
+            t.mark("again")
+        run_id = run.id
+    assert run_id is not None and len(db.list_trials(run_id)) == 2
+    assert [e.name for e in _events(db, db.trial_by_key("here-1").id, "mark")] == [
+        "first",
+        "again",
+    ]
     assert db.trial_by_key("elsewhere-1").name == "stopped-elsewhere"
     assert db.trial_by_key("elsewhere-1").state == "pruned"
     assert db.trial_by_key("here-1").state == "completed"

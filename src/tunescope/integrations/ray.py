@@ -29,7 +29,7 @@ Two halves, one trial each:
   process before the trial's own code has run to its end.
 
 Both name the trial by the same key, derived from the experiment's name and Tune's trial id
-(:func:`trial_key`); a restored experiment (``Tuner.restore``) records into the same trials.
+(:func:`trial_key`).
 
 How a trial ends:
 

@@ -20,7 +20,8 @@ optimizer steps, evaluations, checkpoints, marks, data waits and scalars of a da
 training are the same on every rank, so only rank 0 records them; a replica records only what
 is its own (the torch allocator series of its GPU), and its processes are the sampler's.
 
-How an owner trial ends, in order: the state given to :meth:`Trial.end_as` if any; ``pruned``
+How an owner trial ends, in order: the state given to :meth:`Trial.end_as` if any (with
+``defer``, written only if the store still has the trial running); ``pruned``
 when the block ends with Optuna's ``TrialPruned`` (recognised without importing optuna);
 ``failed`` for any other exception (``SystemExit`` 0 / None excepted); else ``completed``.
 """

@@ -104,6 +104,8 @@ PUBLIC = {
         "Job",
         "find_job",
         "job_key",
+        "jsonable",
+        "error_text",
     },
 }
 

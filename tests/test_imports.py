@@ -22,6 +22,7 @@ HEAVY = [
     "fastapi",
     "uvicorn",
     "optuna",
+    "ray",
     "peft",
     "mlflow",
     "wandb",
@@ -162,7 +163,7 @@ def test_the_architecture_page_names_real_parts() -> None:
     assert SHARED and all((PKG / f"{leaf}.py").is_file() for leaf in SHARED), SHARED
 
 
-# the ML libraries (extras torch, lightning, hf, optuna, demo and the trackers): make check's
+# the ML libraries (extras torch, lightning, hf, optuna, ray, demo and the trackers): make check's
 # light venv has none of them, so a test module imports them in the tests that use them
 # (marked ml), never at collection
 ML = {
@@ -172,6 +173,7 @@ ML = {
     "peft",
     "accelerate",
     "optuna",
+    "ray",
     "mlflow",
     "wandb",
     "tensorboard",
@@ -212,7 +214,7 @@ def _module_file(name: str) -> Path | None:
 
 def test_test_modules_import_no_ml_library_at_collection() -> None:
     """Collecting the suite loads no ML library, directly or through one of our modules that
-    imports it on import (integrations.hf, .lightning, .optuna)."""
+    imports it on import (integrations.hf, .lightning, .optuna, .ray)."""
     bad = []
     for f in sorted((PKG.parents[1] / "tests").glob("*.py")):
         for name in _top_level_imports(f):

@@ -118,3 +118,31 @@ def test_end_states(sqlite_url: str, db: Store) -> None:
         "failed-by-call": ("failed", "returned nan"),
         "bad-state": ("completed", None),
     }
+
+
+def test_a_given_key_and_a_deferred_end(sqlite_url: str, db: Store) -> None:
+    """A trial entered under a key another process also writes by: the store knows it by that
+    key, and a deferred end gives way to an end already written there (a deferred end of a
+    trial still running is written as any end)."""
+    from tunescope.store import Batch, TrialEnd, Writer
+
+    with ts.run("keys", store=sqlite_url, sampler=False) as run:
+        with run.trial("stopped-elsewhere", key="elsewhere-1") as t:
+            other = Writer(sqlite_url)  # the other process: it ends the trial first
+            other.put(Batch("elsewhere-1", end=TrialEnd("pruned", time.time())))
+            assert other.close(5.0)
+            t.end_as("completed", defer=True)
+        with run.trial("ended-here", key="here-1") as t:
+            t.end_as("completed", defer=True)
+            t.mark("first")
+        with run.trial("ended-here", key="here-1") as t:  # the same key: the same trial
+            t.mark("again")
+        run_id = run.id
+    assert run_id is not None and len(db.list_trials(run_id)) == 2
+    assert [e.name for e in _events(db, db.trial_by_key("here-1").id, "mark")] == [
+        "first",
+        "again",
+    ]
+    assert db.trial_by_key("elsewhere-1").name == "stopped-elsewhere"
+    assert db.trial_by_key("elsewhere-1").state == "pruned"
+    assert db.trial_by_key("here-1").state == "completed"

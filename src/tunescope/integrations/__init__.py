@@ -5,6 +5,7 @@ module                          the one line
 ==============================  ==========================================================
 :mod:`.hf`                      ``Trainer(..., callbacks=[TunescopeCallback()])``
 :mod:`.optuna`                  ``study.optimize(track(objective), n_trials=20)``
+:mod:`.ray`                     ``Tuner(track(train_fn), ...callbacks=[TunescopeCallback()])``
 :mod:`.lightning`               ``Trainer(..., callbacks=[TunescopeCallback()])`` (Lightning)
 :mod:`.mlflow`                  ``log_summary(trial)`` inside ``with mlflow.start_run():``
 :mod:`.wandb`                   ``log_summary(trial)`` into ``wandb.run.summary``
@@ -26,7 +27,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["hf", "lightning", "mlflow", "optuna", "tensorboard", "wandb"]
+__all__ = ["hf", "lightning", "mlflow", "optuna", "ray", "tensorboard", "wandb"]
 
 
 def __getattr__(name: str) -> ModuleType:

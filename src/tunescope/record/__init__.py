@@ -46,6 +46,9 @@ the framework's own step numbers and outcomes:
 * ``trial.end_as(state, error)``: how the trial ends (``completed``, ``pruned``, ``failed``)
   whatever ends its block. Without it an owner trial ends ``pruned`` when the block raises
   Optuna's ``TrialPruned``, ``failed`` on any other exception, else ``completed``.
+  ``end_as(state, defer=True)``: only if nothing else has ended the trial in the store.
+* ``run.trial(name, key=...)``: the trial's key, for a trial that another process also
+  writes by key (Ray Tune's driver writes the metrics and the end of each Tune trial).
 
 Nothing here raises into training once a trial has started (see ``_safety``), and nothing
 holds it: entering a run or a trial waits at most half a second for the store, leaving one at
@@ -74,7 +77,7 @@ from tunescope.record._job import ENV_JOB_ID, Job, find_job, job_key
 from tunescope.record._launch import MAX_RESTARTS, SamplerHandle, Supervised, start_sampler
 from tunescope.record._mode import ENV_MODE, ENV_QUIET, MODES, check_mode, disabled
 from tunescope.record._run import ENTER_WAIT_S, Background, Run, current_trial, run
-from tunescope.record._trial import EXIT_WAIT_S, Trial
+from tunescope.record._trial import EXIT_WAIT_S, Trial, error_text, jsonable
 
 __all__ = [
     "ENTER_WAIT_S",
@@ -99,8 +102,10 @@ __all__ = [
     "check_mode",
     "current_trial",
     "disabled",
+    "error_text",
     "find_job",
     "job_key",
+    "jsonable",
     "process_rank",
     "run",
     "start_sampler",

@@ -127,10 +127,21 @@ class Run:
     def __repr__(self) -> str:
         return f"Run(id={self.id}, name={self._name!r}, url={self.url!r})"
 
-    def trial(self, name: str | None = None, *, params: dict[str, Any] | None = None) -> Trial:
+    def trial(
+        self,
+        name: str | None = None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+    ) -> Trial:
         """A new trial of this run (``name`` defaults to ``trial-<k>``), to use with ``with``.
-        In an attached run every trial records into the trial the process joined."""
-        return Trial(self, name, params, attach=self._attach)
+        In an attached run every trial records into the trial the process joined.
+
+        ``key``: the key the trial's writers name it by (default: a new random one); an
+        integration whose trial is also written from another process (Ray Tune's driver
+        writes how each trial ended) derives it from what both processes know. Entering a
+        trial under a key the store already has continues that trial."""
+        return Trial(self, name, params, attach=self._attach, key=key)
 
     def close(self) -> None:
         """Nothing to release: each trial writes through its own writer. Kept so that a run

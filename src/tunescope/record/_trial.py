@@ -20,7 +20,8 @@ optimizer steps, evaluations, checkpoints, marks, data waits and scalars of a da
 training are the same on every rank, so only rank 0 records them; a replica records only what
 is its own (the torch allocator series of its GPU), and its processes are the sampler's.
 
-How an owner trial ends, in order: the state given to :meth:`Trial.end_as` if any; ``pruned``
+How an owner trial ends, in order: the state given to :meth:`Trial.end_as` if any (with
+``defer``, written only if the store still has the trial running); ``pruned``
 when the block ends with Optuna's ``TrialPruned`` (recognised without importing optuna);
 ``failed`` for any other exception (``SystemExit`` 0 / None excepted); else ``completed``.
 """
@@ -49,7 +50,7 @@ from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, new_key, os_user
 if TYPE_CHECKING:
     from tunescope.record._run import Run
 
-__all__ = ["ENTER_WAIT_S", "EXIT_WAIT_S", "Trial", "rec_trial"]
+__all__ = ["ENTER_WAIT_S", "EXIT_WAIT_S", "Trial", "error_text", "jsonable", "rec_trial"]
 
 ENTER_WAIT_S = 0.5
 """Longest entering a trial waits for the store and the sampler's first sample."""
@@ -61,24 +62,26 @@ returns within a second whatever the store does."""
 T = TypeVar("T")
 
 
-def _jsonable(value: Any) -> Any:
-    """Params as JSON values: non-finite floats become None, unknown objects their str()."""
+def jsonable(value: Any) -> Any:
+    """Params as JSON values: non-finite floats become None, unknown objects their str()
+    (how a trial keeps its params; for integrations that write a trial's spec themselves)."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     try:
         as_float = float(value)
-        return _jsonable(as_float)
+        return jsonable(as_float)
     except (TypeError, ValueError):
         return str(value)
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """How a failed trial records its exception: ``"Type: message"``, at most 4000 chars."""
     msg = str(exc)
     text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
     return text if len(text) <= 4000 else text[:3997] + "..."
@@ -122,11 +125,13 @@ class Trial:
         params: dict[str, Any] | None,
         *,
         attach: tuple[str, str] | None = None,
+        key: str | None = None,
     ) -> None:
         self._run = run
         self._name = name
         self._params = dict(params or {})
         self._attach = attach
+        self._given_key = key
         self._key: str | None = None
         self._spec: TrialSpec | None = None
         self._rec: _state.Recorder | None = None
@@ -138,7 +143,7 @@ class Trial:
         self._entered = False
         self._left = False
         self._replica = False
-        self._end_as: tuple[str, str | None] | None = None
+        self._end_as: tuple[str, str | None, bool] | None = None
         self._once = Once(LOG)
 
     # ------------------------------------------------------------------ identity
@@ -257,12 +262,12 @@ class Trial:
         url = run.store_url
         spec: TrialSpec | None = None
         if owner:
-            key = new_key()
+            key = self._given_key or new_key()
             spec = TrialSpec(
                 key=key,
                 run=run.name,
                 name=self._name,
-                params=_jsonable(self._params),
+                params=jsonable(self._params),
                 host=socket.gethostname(),
                 pids=(os.getpid(),),
                 start=time.time(),
@@ -338,14 +343,14 @@ class Trial:
         """How an owner trial ended (attached trials leave that to the owner)."""
         if self._attach is not None:
             return None
-        state, error = "completed", None
+        state, error, defer = "completed", None, False
         if self._end_as is not None:
-            state, error = self._end_as
+            state, error, defer = self._end_as
         elif exc is not None and _is_pruned(exc):
             state = "pruned"
         elif exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
-            state, error = "failed", _error_text(exc)
-        return TrialEnd(state, t_end, error)
+            state, error = "failed", error_text(exc)
+        return TrialEnd(state, t_end, error, only_if_running=defer)
 
     # ------------------------------------------------------------------ recording
     def _events(self) -> Any:
@@ -510,7 +515,7 @@ class Trial:
         if w is None or key is None:
             return
         merged = {**self.params, **params}
-        batch = Batch(key, params=_jsonable(merged))
+        batch = Batch(key, params=jsonable(merged))
         if self._left:  # the trial's writer is closed: one of its own, bounded like an exit
             late = Writer(self._run.store_url, name=f"{w.name} (late params)", log=self._once)
             late.put(batch)
@@ -520,12 +525,14 @@ class Trial:
         self._params = merged
 
     @guarded()
-    def end_as(self, state: str, error: str | None = None) -> None:
+    def end_as(self, state: str, error: str | None = None, *, defer: bool = False) -> None:
         """Set how this (owner) trial ends, whatever ends its block: ``"completed"``,
-        ``"pruned"`` (stopped early by a pruner) or ``"failed"`` with ``error``."""
+        ``"pruned"`` (stopped early by a pruner) or ``"failed"`` with ``error``. With
+        ``defer`` the end is written only if the trial is still running in the store then:
+        another process that knows better (Ray Tune's driver) may have ended it already."""
         if state not in ("completed", "pruned", "failed"):
             raise ValueError(f"a trial ends completed, pruned or failed, not {state!r}")
-        self._end_as = (state, None if error is None else str(error)[:4000])
+        self._end_as = (state, None if error is None else str(error)[:4000], bool(defer))
 
     @guarded()
     def mark(self, name: str) -> None:

@@ -7,7 +7,7 @@ STATIC  := src/tunescope/server/static/index.html
 WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/openapi.json web/package.json \
            web/package-lock.json web/build.mjs web/types.mjs web/tsconfig.json
 
-.PHONY: setup web web-test openapi browser demo test lint format bench bench-peers gpu-check screenshot dist clean
+.PHONY: setup web web-test openapi browser demo test lint format bench bench-peers bench-sampler gpu-check screenshot dist clean
 
 setup: $(STAMP) $(STATIC)
 
@@ -117,6 +117,11 @@ $(PEERS_STAMP): pyproject.toml
 
 bench-peers: $(PEERS_STAMP)
 	$(PEERS_VENV)/bin/python bench/bench_peers.py --write-docs
+
+# the sampler's own CPU (1, 16, 64 processes, 8 replayed GPUs, 0.1 s, multi-GiB PSS) and its
+# first-sample latency, beside the sampler of main (bench/bench_sampler.py --compare main)
+bench-sampler: setup
+	$(BIN)/python bench/run.py sampler
 
 clean:
 	rm -rf $(VENV) web/node_modules web/.test-out web/src/api-types.ts src/tunescope/server/static \

@@ -1,6 +1,10 @@
 """`make bench`: every benchmark, one after another, each printing its figures beside its
 targets. Figures are ratios or per-call costs measured side by side within one run, never
-assertions in the test suite (shared machines are noisy)."""
+assertions in the test suite (shared machines are noisy).
+
+``python bench/run.py [SECTION...]`` runs only the sections named (``store``, ``record``,
+``sampler``, ``api``, ``browser``, ``browser_scale``, ``soak``, ``team``: ``bench_SECTION.py``); ``make
+bench-sampler`` runs the sampler's alone."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 BENCHES = [
     "bench_store.py",
     "bench_record.py",
+    "bench_sampler.py",
     "bench_api.py",
     "bench_browser.py",
     "bench_browser_scale.py",
@@ -21,9 +26,17 @@ BENCHES = [
 ]
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    chosen = BENCHES
+    if argv:
+        chosen = [f"bench_{a}.py" for a in argv]
+        unknown = [a for a, n in zip(argv, chosen, strict=True) if n not in BENCHES]
+        if unknown:
+            sections = ", ".join(n[len("bench_") : -len(".py")] for n in BENCHES)
+            print(f"bench/run.py: no section {', '.join(unknown)} (sections: {sections})")
+            return 2
     failed = []
-    for name in BENCHES:
+    for name in chosen:
         path = HERE / name
         print(f"== {name}", flush=True)
         t = time.perf_counter()
@@ -39,4 +52,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

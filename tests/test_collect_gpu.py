@@ -191,6 +191,10 @@ def test_sampler_process_records_the_replayed_gpus(
         assert ("gpu.sm_active", d) in got  # GPM from the second sample on
     for metric_key, _ in got:
         assert metric(metric_key).scope == "gpu"
+    # the first sample comes before the GPU library is opened: host values only
+    (procs,) = store.list_series(trial, "cpu.procs")
+    t_host, _ = store.read_samples(procs.id)
+    assert min(float(t[0]) for t, _, _ in got.values()) > float(t_host[0])
 
 
 def test_busy_low_sm_shows_high_utilization_and_low_sm_activity(

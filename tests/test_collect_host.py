@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import pytest
 
 from collect_helpers import (
     Proc,
@@ -233,6 +234,136 @@ def test_later_children_are_included_and_the_sampler_is_not(
     assert float(np.median(count[t > t_child + 0.3])) == 2
 
 
+# ---------------------------------------------------------------------- PSS re-reads
+SHARED_TREE = """
+import mmap, os, sys, time
+size = 32 << 20
+shm = mmap.mmap(-1, size, mmap.MAP_SHARED)  # shared memory: a forked child shares its pages
+kids, held = [], []
+print("up", flush=True)
+for line in sys.stdin:
+    word = line.strip()
+    if word == "touch":
+        for i in range(0, size, 4096):
+            shm[i] = 1
+    elif word == "grow":
+        held.append(b"x" * size)
+    elif word == "fork":
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            total = sum(shm[i] for i in range(0, size, 4096))  # map every shared page
+            os.write(w, b"+")
+            time.sleep(600)
+            os._exit(0)
+        os.read(r, 1)
+        kids.append(pid)
+    elif word == "reap":
+        pid = kids.pop()
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    print("done", flush=True)
+"""
+
+
+def _pss_now(pids: set[int]) -> float:
+    """The tree's PSS read afresh from every process's smaps_rollup, bytes."""
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) * 1024
+    return float(total)
+
+
+def _quiet(pids: set[int]) -> None:
+    """Wait until the RSS and page faults of ``pids`` stop moving (they went back to
+    sleep): a process's last steps after it answered still fault a few pages."""
+
+    def counters() -> list[tuple[bytes, ...]]:
+        out = []
+        for pid in sorted(pids):
+            f = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            out.append((f[7], f[9], f[21]))
+        return out
+
+    before = counters()
+    for _ in range(200):
+        time.sleep(0.05)
+        now = counters()
+        if now == before:
+            return
+        before = now
+    raise AssertionError(f"processes {pids} never went quiet")
+
+
+def test_pss_is_read_again_exactly_when_it_may_have_changed(
+    procs: list[Proc], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cpu.mem equals a fresh PSS read of every process after each change (pages touched,
+    memory grown, a child that shares the pages forked then killed), while a process whose
+    RSS and page faults did not move is not read again until PSS_REFRESH_S passed."""
+    from tunescope.collect import _host
+
+    reads: list[str] = []
+    real = _host._read_pss
+
+    def counted(base: str) -> float | None:
+        reads.append(base)
+        return real(base)
+
+    monkeypatch.setattr(_host, "_read_pss", counted)
+    monkeypatch.setattr(_host, "PSS_REFRESH_SHARE", 1.0)  # reads this small never lengthen it
+    root = Proc(python(SHARED_TREE))
+    procs.append(root)
+    assert root.expect() == "up"
+    probe = HostProbe(root.p.pid)
+    t = 0.0
+
+    def step(word: str | None) -> float:
+        nonlocal t
+        if word is not None:
+            root.send(word)
+            assert root.expect() == "done"
+        t += 1.0
+        mem = probe.sample(t)["cpu.mem"]
+        assert abs(mem - _pss_now(probe.current_pids)) <= 1 * MIB, word
+        return mem
+
+    base = step(None)
+    touched = step("touch")  # the root's RSS grew: read again
+    assert touched >= base + 30 * MIB
+    grown = step("grow")
+    assert grown >= touched + 30 * MIB
+    forked = step("fork")  # a new process: every one is read again
+    assert len(probe.current_pids) == 2
+    _quiet(probe.current_pids)
+    step(None)  # what they did after answering
+    n = len(reads)
+    assert step(None) == pytest.approx(forked, abs=1 * MIB)
+    assert len(reads) == n  # nothing changed: nothing read
+    reaped = step("reap")  # the child's half of the shared pages comes back to the root
+    assert len(probe.current_pids) == 1
+    assert reaped >= forked - 8 * MIB  # not the root's stale half (32 MiB less)
+    _quiet(probe.current_pids)
+    step(None)
+    n = len(reads)
+    step(None)
+    assert len(reads) == n
+    t += _host.PSS_REFRESH_S
+    step(None)
+    assert len(reads) == n + 1  # past the refresh period: read again anyway
+    # reads that cost more than the share of a core allowed are refreshed less often
+    monkeypatch.setattr(_host, "PSS_REFRESH_SHARE", 1e-12)
+    t += _host.PSS_REFRESH_S
+    step(None)  # due as set at the last read; the next is due after (its cost / 1e-12) s
+    assert len(reads) == n + 2
+    t += _host.PSS_REFRESH_S
+    step(None)
+    assert len(reads) == n + 2
+    probe.close()
+
+
 # ---------------------------------------------------------------------- in-process probe
 def test_host_probe_first_sample_has_no_rates_and_vanished_processes_are_harmless() -> None:
     child = subprocess.Popen(["sleep", "30"])
@@ -253,6 +384,31 @@ def test_host_probe_first_sample_has_no_rates_and_vanished_processes_are_harmles
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_host_probe_without_kept_descriptors_reads_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the cap on descriptors kept open, /proc/PID files are opened at each read."""
+    from tunescope.collect import _host
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        kept = HostProbe(child.pid)
+        kept.sample(0.0)  # its descriptors are opened at its first sample
+        monkeypatch.setattr(_host, "_MAX_KEPT_FDS", 0)
+        opened = HostProbe(child.pid)
+        opened.sample(0.0)
+        for t in (1.0, 2.0):
+            a, b = kept.sample(t), opened.sample(t)
+        assert a["cpu.procs"] == b["cpu.procs"] == 1
+        # libc pages it shares with other processes: their PSS moves as others start or end
+        assert b["cpu.mem"] == pytest.approx(a["cpu.mem"], rel=0.05) and b["cpu.mem"] > 0
+        assert a["disk.read"] == b["disk.read"] == 0.0
+        assert opened._kept_fds == 0 and kept._kept_fds == 2
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_host_probe_of_a_pid_that_never_existed() -> None:

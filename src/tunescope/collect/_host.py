@@ -1,10 +1,37 @@
 """Host probe: the trial's process tree (CPU time, memory, count) and the whole machine.
 
-The tree is the watched root process and all its descendants (``psutil`` children, recursive),
-found again at every sample so that processes started later are included. A process once seen
-stays part of the trial until it exits, even if it is re-parented (a daemonised child). The
-sampler's own process and its descendants are excluded: the sampler is usually a child of the
-training process.
+The tree is the watched root process and all its descendants, found again at every sample so
+that processes started later are included. A process once seen stays part of the trial until
+it exits, even if it is re-parented (a daemonised child). The sampler's own process and its
+descendants are excluded: the sampler is usually a child of the training process.
+
+Everything is read from ``/proc`` with plain ``os`` calls (no psutil: it costs a Python object
+and several file opens per process per sample). Finding descendants needs every process's
+parent: ``/proc`` is listed, and ``/proc/PID/stat`` read, only for pids not seen at the
+previous listing (a pid reused since gets another inode for ``/proc/PID``, so it is read
+again); and the listing itself is skipped when the ``processes`` counter of ``/proc/stat``
+(processes and threads made since boot) has not moved, since then no process can have joined
+the tree. The tree's own processes are read every sample through descriptors kept open on
+their ``/proc/PID/stat`` and ``/proc/PID/io`` (a ``pread`` each; such a descriptor stays bound
+to its process, so a reused pid never reads another's counters).
+
+``cpu.mem`` and PSS: reading ``smaps_rollup`` walks a process's page tables, a cost that grows
+with its mapped memory (milliseconds per GiB), so a process's PSS is read again only when:
+
+1. its RSS or its page-fault count (minor + major, ``/proc/PID/stat``) moved since its last
+   read: it mapped, touched, copied on write or lost pages;
+2. a process joined or left the tree (or became a zombie): shared pages changed hands, for
+   every process of the tree;
+3. the refresh period passed since its last read (staggered over the tree): pages it shares
+   with another process change its PSS when that process maps, copies or drops them, with no
+   sign in its own counters. The period is :data:`PSS_REFRESH_S`, or longer where the tree's
+   PSS reads take so long that refreshing them that often would cost more than
+   :data:`PSS_REFRESH_SHARE` of a core: the time the last read of every process took, summed
+   over the tree, / that share (16 processes mapping 2 GiB each: about 30 s).
+
+A spike in a process's memory shows at the next sample (rule 1); a change in sharing made by
+another process, while the process whose share changes neither faults nor moves its RSS and the
+tree keeps its members, shows within the refresh period.
 
 Metrics (catalog keys, base units):
 
@@ -14,14 +41,16 @@ Metrics (catalog keys, base units):
 * ``cpu.capacity`` (cores): min(cgroup CPU quota, CPUs in the root's affinity mask), re-read
   every 10 s.
 * ``cpu.mem`` (bytes): sum of proportional set sizes over the tree, so pages that forked
-  workers share count once; RSS for a process whose PSS cannot be read (logged once).
+  workers share count once (read as below); RSS for a process whose PSS cannot be read
+  (logged once).
 * ``cpu.mem.limit`` (bytes): the cgroup memory limit, else the host's RAM (every 10 s).
 * ``cpu.procs`` (count): live (non-zombie) processes in the tree.
-* ``host.cpu.util`` (%): ``psutil.cpu_percent()`` since the previous sample (absent at the
-  first, which primes it).
-* ``host.mem.used`` (bytes): ``virtual_memory().total - available``.
+* ``host.cpu.util`` (%): busy share of the host's CPU time since the previous sample, from
+  ``/proc/stat`` as ``psutil.cpu_percent()`` counts it (absent at the first, which primes it).
+* ``host.mem.used`` (bytes): ``MemTotal - MemAvailable`` of ``/proc/meminfo`` (psutil's
+  ``virtual_memory().total - available``).
 * ``disk.read`` / ``disk.write`` (bytes/s): ``read_bytes`` / ``write_bytes`` of
-  ``/proc/PID/io`` (``psutil.Process.io_counters()``) summed over the tree, their growth in the
+  ``/proc/PID/io`` (as ``psutil.Process.io_counters()``) summed over the tree, their growth in the
   interval / its wall length. These count what reaches the storage layer: a read served from
   the page cache counts nothing, a write counts when it dirties the page cache (so a file
   written and deleted before it is flushed still counts). Absent at the first sample.
@@ -50,24 +79,34 @@ Network counters are kept per interface: one that appears, or whose counters dro
 and made again), counts from zero (interfaces start at zero); one that goes away contributes
 nothing more.
 
-Cost per sample: one more small ``/proc`` file read per process of the tree
-(``/proc/PID/io``) and one for the namespace (``/proc/PID/net/dev``).
+Cost per sample: two ``pread`` calls per process of the tree (``stat``, ``io``), a
+``smaps_rollup`` read per process whose PSS may have changed (above), ``/proc/stat``,
+``/proc/meminfo``, the namespace's ``/proc/PID/net/dev``, and a ``/proc`` listing when a
+process was made anywhere on the machine since the previous sample.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import psutil
 
 from tunescope._once import Once
 from tunescope.collect._cgroup import affinity_cores, cpu_limit, memory_limit
 from tunescope.collect._once import LOGGER_NAME
 
-__all__ = ["HOST_METRICS", "HostProbe", "ProcInfo", "parse_net_dev"]
+__all__ = [
+    "HOST_METRICS",
+    "PSS_REFRESH_S",
+    "PSS_REFRESH_SHARE",
+    "HostProbe",
+    "ProcInfo",
+    "parse_net_dev",
+    "start_and_state",
+]
 
 HOST_METRICS = (
     "cpu.util",
@@ -88,6 +127,142 @@ Key = tuple[int, float]
 
 LIMITS_TTL = 10.0
 """Seconds between re-reads of the cgroup limits and affinity (they rarely change)."""
+
+PSS_REFRESH_S = 10.0
+"""Longest a process's PSS goes without a re-read while nothing in the tree changed (see the
+module doc: pages it shares with other processes can change it unseen), unless the reads cost
+more than :data:`PSS_REFRESH_SHARE` of a core."""
+
+PSS_REFRESH_SHARE = 0.01
+"""Share of a core the periodic PSS refreshes may take at most, on average."""
+
+_MAX_KEPT_FDS = 512
+"""Descriptors kept open on ``/proc/PID/{stat,io}`` at most (past that, opened at each read)."""
+
+_READ = 4096
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = float(os.sysconf("SC_CLK_TCK"))
+
+
+class _Member:
+    """What the probe keeps about one process of the tree between samples."""
+
+    __slots__ = (
+        "cpu",
+        "create_time",
+        "faults",
+        "ino",
+        "io_fd",
+        "io_ok",
+        "pid",
+        "ppid",
+        "pss",
+        "pss_cost",
+        "pss_due",
+        "pss_ok",
+        "rss",
+        "sig",
+        "start",
+        "stat_fd",
+        "zombie",
+    )
+
+    def __init__(self, pid: int, ino: int) -> None:
+        self.pid = pid
+        self.ino = ino  # of /proc/PID: a reused pid gets another
+        self.start: int | None = None  # clock ticks after boot
+        self.create_time = 0.0
+        self.stat_fd = -1
+        self.io_fd = -1
+        self.io_ok = True
+        self.pss_ok = True
+        self.zombie = False
+        self.ppid = 0
+        self.cpu = 0.0
+        self.rss = 0
+        self.faults = 0
+        self.pss: float | None = None
+        self.sig: tuple[int, int] | None = None  # (rss, faults) when PSS was last read
+        self.pss_due = 0.0
+        self.pss_cost = 0.0  # seconds the last read took
+
+
+def _read(path: str, size: int = _READ) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _stat_fields(proc: str, pid: int) -> list[bytes] | None:
+    """``/proc/PID/stat`` fields after the command name (state first), None if unreadable."""
+    try:
+        raw = _read(f"{proc}/{pid}/stat")
+        return raw[raw.rindex(b")") + 2 :].split()
+    except (OSError, ValueError):
+        return None
+
+
+def _ppid_of(proc: str, pid: int) -> int | None:
+    f = _stat_fields(proc, pid)
+    try:
+        return None if f is None else int(f[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def start_and_state(
+    pid: int, proc: str = "/proc", *, strict: bool = False
+) -> tuple[int, bytes] | None:
+    """(start time in clock ticks after boot, state letter) of process ``pid``, None if it
+    does not exist (or cannot be read; with ``strict``, an error other than "no such
+    process" is raised)."""
+    if strict:
+        try:
+            raw = _read(f"{proc}/{pid}/stat")
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        f: list[bytes] | None = raw[raw.rfind(b")") + 2 :].split()
+    else:
+        f = _stat_fields(proc, pid)
+    try:
+        return None if f is None else (int(f[19]), f[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def _boot_time(proc: str) -> float:
+    try:
+        with open(f"{proc}/stat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def _read_pss(base: str) -> float | None:
+    """PSS in bytes from ``smaps_rollup`` (Linux 4.14+), else the sum over ``smaps``; None
+    when the process has no memory left (it is exiting)."""
+    try:
+        with open(base + "/smaps_rollup", "rb") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        with open(base + "/smaps", "rb") as fh:  # FileNotFoundError too: it is gone
+            text = fh.read()
+    if not text:
+        return None
+    total = 0
+    found = False
+    for line in text.split(b"\n"):
+        if line.startswith(b"Pss:"):
+            total += int(line.split()[1])
+            found = True
+    if not found:
+        raise ValueError("no Pss line")
+    return total * 1024.0
 
 
 @dataclass(frozen=True)
@@ -138,13 +313,20 @@ class HostProbe:
         self.exclude_pid = os.getpid() if exclude_pid is None else exclude_pid
         self._proc = proc
         self._log = log or Once(LOGGER_NAME)
-        self._root: psutil.Process | None
-        try:
-            self._root = psutil.Process(root_pid)
-        except psutil.Error:
-            self._root = None
+        self._proc_s = str(proc)
+        got = start_and_state(root_pid, self._proc_s)
+        self._root_start = None if got is None else got[0]
+        if got is None:
             self._log("root-gone", "process %d does not exist; recording an empty tree", root_pid)
-        self._members: dict[Key, psutil.Process] = {}
+        self._boot = _boot_time(self._proc_s)
+        self._members: dict[int, _Member] = {}
+        self._parents: dict[int, tuple[int, int]] = {}
+        self._live: frozenset[tuple[int, int | None]] = frozenset()
+        self._kept_fds = 0
+        self._host_fds: dict[str, int] = {}
+        self._host_cpu_prev: tuple[float, float] | None = None
+        self._host_stat = b""
+        self._forks: int | None = None
         self._cpu: dict[Key, float] = {}
         self._io: dict[Key, tuple[float, float]] = {}
         self._keys: set[Key] = set()
@@ -161,115 +343,237 @@ class HostProbe:
         """Pids of the tree at the last sample."""
 
     # ------------------------------------------------------------------ process tree
-    def _candidates(self) -> dict[int, psutil.Process]:
-        found: dict[int, psutil.Process] = {}
-        root = self._root
-        if root is not None:
-            try:
-                if root.is_running():
-                    found[root.pid] = root
-                    for child in root.children(recursive=True):
-                        found[child.pid] = child
-            except psutil.Error:
-                pass
-        for key, p in list(self._members.items()):
-            if key[0] not in found:
-                try:
-                    if p.is_running():
-                        found[p.pid] = p
-                except psutil.Error:
-                    pass
+    def _scan(self) -> dict[int, int]:
+        """{pid: inode of /proc/PID} of every process now (one directory listing)."""
+        out: dict[int, int] = {}
+        try:
+            with os.scandir(self._proc_s) as it:
+                for e in it:
+                    name = e.name
+                    if name.isdigit():
+                        out[int(name)] = e.inode()
+        except OSError as exc:  # pragma: no cover - /proc unreadable
+            self._log("proc-scan", "cannot list %s (%s)", self._proc_s, exc)
+        return out
+
+    def _discover(self, listing: dict[int, int]) -> list[int]:
+        """Pids of the tree now: the root and its descendants (the sampler's subtree left
+        out), then members seen before that left it by re-parenting."""
+        parents = self._parents
+        fresh: dict[int, tuple[int, int]] = {}
+        children: dict[int, list[int]] = {}
+        members = self._members
+        for pid, ino in listing.items():
+            got = parents.get(pid)
+            if got is None or got[0] != ino:  # new since the last sample, or a reused pid
+                m = members.get(pid)
+                if m is not None and m.ino == ino:
+                    got = (ino, m.ppid)
+                else:
+                    ppid = _ppid_of(self._proc_s, pid)
+                    if ppid is None:
+                        continue
+                    got = (ino, ppid)
+            elif (m := members.get(pid)) is not None:
+                got = (ino, m.ppid)  # a member's parent as read at the last sample
+            fresh[pid] = got
+            children.setdefault(got[1], []).append(pid)
+        self._parents = fresh
+        found: list[int] = []
+        seen: set[int] = set()
+        if self._root_alive(listing):
+            stack = [self.root_pid]
+            while stack:
+                pid = stack.pop()
+                if pid == self.exclude_pid or pid in seen:
+                    continue
+                seen.add(pid)
+                found.append(pid)
+                stack.extend(children.get(pid, ()))
+        for pid, m in members.items():  # the same process (inode), not a reused pid
+            if pid not in seen and listing.get(pid) == m.ino and pid != self.exclude_pid:
+                found.append(pid)
         return found
 
-    def _read(self, p: psutil.Process) -> tuple[ProcInfo, int] | None:
-        """(info, parent pid) of a live process, None if it vanished."""
+    def _root_alive(self, listing: dict[int, int]) -> bool:
+        if self._root_start is None or self.root_pid not in listing:
+            return False
+        m = self._members.get(self.root_pid)
+        if m is not None and m.ino == listing[self.root_pid]:
+            return True  # the same /proc entry: the same process
+        got = start_and_state(self.root_pid, self._proc_s)
+        return got is not None and got[0] == self._root_start
+
+    def _open(self, pid: int, name: str) -> int:
+        """A descriptor of /proc/PID/NAME kept for the next samples (it stays bound to this
+        process: once it is gone, reads fail with ESRCH, even if its pid is reused), or -1
+        when enough are kept already (the file is then opened at each read)."""
+        if self._kept_fds >= _MAX_KEPT_FDS:
+            return -1
+        fd = os.open(f"{self._proc_s}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        self._kept_fds += 1
+        return fd
+
+    def _reread(self, m: _Member, fd: int, name: str) -> bytes:
+        if fd >= 0:
+            return os.pread(fd, _READ, 0)
+        return _read(f"{self._proc_s}/{m.pid}/{name}")
+
+    def _close(self, m: _Member) -> None:
+        for fd in (m.stat_fd, m.io_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                self._kept_fds -= 1
+        m.stat_fd = m.io_fd = -1
+
+    def close(self) -> None:
+        """Close the descriptors kept open for the tree's processes."""
+        for m in self._members.values():
+            self._close(m)
+        self._members = {}
+        for fd in self._host_fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._host_fds = {}
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _stat(self, pid: int, ino: int) -> _Member | None:
+        """The member ``pid`` with its ``/proc/PID/stat`` read now; None if it vanished."""
+        m = self._members.get(pid)
+        if m is not None and m.ino != ino:  # the pid was reused: another process
+            self._close(m)
+            m = None
         try:
-            with p.oneshot():
-                ppid = p.ppid()
-                ctime = p.create_time()
-                zombie = p.status() == psutil.STATUS_ZOMBIE
-                times = p.cpu_times()
-                cpu = times.user + times.system
-        except psutil.NoSuchProcess:
+            if m is None:
+                m = _Member(pid, ino)
+                m.stat_fd = self._open(pid, "stat")
+            raw = self._reread(m, m.stat_fd, "stat")
+            fields = raw[raw.rindex(b")") + 2 :].split()
+            start = int(fields[19])
+        except (OSError, ValueError, IndexError) as exc:
+            if m is not None:
+                self._close(m)
+            if not isinstance(exc, (FileNotFoundError, ProcessLookupError)):
+                self._log(
+                    "cpu-" + type(exc).__name__,
+                    "cannot read CPU times of process %d (%s); it is left out",
+                    pid,
+                    exc,
+                )
             return None
-        except psutil.Error as exc:
+        if m.start is None:
+            m.start = start
+            m.create_time = self._boot + start / _TICK
+        elif m.start != start:  # pragma: no cover - the inode check sees reuse first
+            self._close(m)
+            return None
+        m.zombie = fields[0] in (b"Z", b"X")
+        m.ppid = int(fields[1])
+        m.cpu = (int(fields[11]) + int(fields[12])) / _TICK
+        m.rss = int(fields[21]) * _PAGE
+        m.faults = int(fields[7]) + int(fields[9])
+        return m
+
+    def _read_io(self, m: _Member) -> tuple[float, float] | None:
+        """(read bytes, written bytes) of ``/proc/PID/io``, None if unreadable."""
+        if not m.io_ok or m.zombie:
+            return None
+        try:
+            if m.io_fd < 0 and m.stat_fd >= 0:
+                m.io_fd = self._open(m.pid, "io")
+            f = self._reread(m, m.io_fd, "io").split()
+            if f[8] != b"read_bytes:" or f[10] != b"write_bytes:":
+                raise ValueError("unexpected layout")
+            return float(f[9]), float(f[11])
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        except (OSError, ValueError, IndexError) as exc:
+            m.io_ok = False  # e.g. another user's process: not tried again
             self._log(
-                "cpu-" + type(exc).__name__,
-                "cannot read CPU times of process %d (%s); it is left out",
-                p.pid,
+                "io",
+                "cannot read disk I/O counters of process %d (%s); its disk bytes are left out",
+                m.pid,
                 exc,
             )
             return None
-        mem: float | None = None
-        pss = True
-        if not zombie:
+
+    def _pss(self, m: _Member, mono: float, everyone: bool, period: float) -> None:
+        """Re-read ``m``'s PSS when it may have changed (the rule in the module doc)."""
+        sig = (m.rss, m.faults)
+        if not everyone and m.pss is not None and m.sig == sig and mono < m.pss_due:
+            return
+        m.sig = sig
+        if m.pss is None:  # the first read: stagger the refreshes of a tree read at once
+            m.pss_due = mono + period * (1.0 - (m.pid % 16) / 16.0)
+        else:
+            m.pss_due = mono + period
+        if m.pss_ok:
             try:
-                mem = float(p.memory_full_info().pss)
-            except psutil.NoSuchProcess:
-                return None
-            except (psutil.Error, OSError, AttributeError) as exc:
-                pss = False
+                t0 = time.perf_counter()
+                m.pss = _read_pss(f"{self._proc_s}/{m.pid}")
+                m.pss_cost = time.perf_counter() - t0
+                return
+            except (FileNotFoundError, ProcessLookupError):
+                m.pss = None
+                return
+            except (OSError, ValueError) as exc:
+                m.pss_ok = False
                 self._log(
                     "pss",
                     "cannot read PSS of process %d (%s); using RSS, which counts "
                     "pages shared between processes more than once",
-                    p.pid,
+                    m.pid,
                     exc,
                 )
-                try:
-                    mem = float(p.memory_info().rss)
-                except psutil.NoSuchProcess:
-                    return None
-                except psutil.Error:
-                    mem = None
-        io: tuple[float, float] | None = None
-        if not zombie:
-            try:
-                c = p.io_counters()
-                io = (float(c.read_bytes), float(c.write_bytes))
-            except psutil.NoSuchProcess:
-                return None
-            except (psutil.Error, OSError, AttributeError) as exc:
-                self._log(
-                    "io",
-                    "cannot read disk I/O counters of process %d (%s); its disk bytes are left out",
-                    p.pid,
-                    exc,
-                )
-        return ProcInfo(p.pid, ctime, cpu, mem, pss, zombie, io, ppid), ppid
+        m.pss = float(m.rss)
 
-    def tree(self) -> list[ProcInfo]:
+    def tree(self, mono: float | None = None) -> list[ProcInfo]:
         """The processes of the trial now, the sampler's own subtree left out."""
-        candidates = self._candidates()
-        infos: dict[int, tuple[ProcInfo, int, psutil.Process]] = {}
-        for pid, p in candidates.items():
-            if pid == self.exclude_pid:
-                continue
-            got = self._read(p)
-            if got is not None:
-                infos[pid] = (got[0], got[1], p)
-        parent = {pid: ppid for pid, (_, ppid, _) in infos.items()}
-        out: list[ProcInfo] = []
-        members: dict[Key, psutil.Process] = {}
-        for pid, (info, _, p) in infos.items():
-            if self._descends_from_excluded(pid, parent):
-                continue
-            out.append(info)
-            members[(info.pid, info.create_time)] = p
+        mono = time.monotonic() if mono is None else mono
+        forks = self._forks_since_boot()
+        members: dict[int, _Member] = {}
+        if forks is None or forks != self._forks:
+            listing = self._scan()
+            for pid in self._discover(listing):
+                m = self._stat(pid, listing[pid])
+                if m is not None:
+                    members[pid] = m
+        else:  # no process was made since the last scan: the tree can only have shrunk
+            for pid, m in list(self._members.items()):
+                got = self._stat(pid, m.ino)
+                if got is not None:
+                    members[pid] = got
+        self._forks = forks
+        for pid, old in self._members.items():
+            if members.get(pid) is not old:
+                self._close(old)
         self._members = members
+        live = frozenset((m.pid, m.start) for m in members.values() if not m.zombie)
+        everyone = live != self._live  # a process came or went: shared pages changed hands
+        self._live = live
+        period = max(PSS_REFRESH_S, sum(m.pss_cost for m in members.values()) / PSS_REFRESH_SHARE)
+        out: list[ProcInfo] = []
+        for m in members.values():
+            io = self._read_io(m)
+            if not m.zombie:
+                self._pss(m, mono, everyone, period)
+            out.append(
+                ProcInfo(
+                    m.pid,
+                    m.create_time,
+                    m.cpu,
+                    None if m.zombie else m.pss,
+                    m.pss_ok,
+                    m.zombie,
+                    io,
+                    m.ppid,
+                )
+            )
         return out
-
-    def _descends_from_excluded(self, pid: int, parent: dict[int, int]) -> bool:
-        """Whether the sampler is an ancestor of ``pid`` below the root. The walk stops at the
-        root, so a root that is itself a child of the sampler (in-process use) is kept."""
-        seen: set[int] = set()
-        cur = pid
-        while cur != self.root_pid and cur in parent and cur not in seen:
-            seen.add(cur)
-            cur = parent[cur]
-            if cur == self.exclude_pid:
-                return True
-        return False
 
     # ------------------------------------------------------------------ limits
     def _limits(self, mono: float) -> tuple[float, float]:
@@ -303,7 +607,7 @@ class HostProbe:
         limit = memory_limit(self.root_pid, proc=self._proc)
         if limit is None:
             limit = memory_limit(os.getpid(), proc=self._proc)
-        return float(limit if limit is not None else psutil.virtual_memory().total)
+        return float(limit if limit is not None else _PAGE * os.sysconf("SC_PHYS_PAGES"))
 
     # ------------------------------------------------------------------ disk and network
     def _disk(self, procs: list[ProcInfo], values: dict[str, float], mono: float) -> None:
@@ -379,11 +683,76 @@ class HostProbe:
             values["net.sent"] = sent / (mono - self._last)
         self._net, self._netns = now, ns
 
+    # ------------------------------------------------------------------ the whole host
+    def _host_read(self, name: str, size: int) -> bytes:
+        """``/proc/NAME`` through a descriptor kept open (procfs regenerates it per read)."""
+        fd = self._host_fds.get(name)
+        if fd is None:
+            fd = self._host_fds[name] = os.open(
+                f"{self._proc_s}/{name}", os.O_RDONLY | os.O_CLOEXEC
+            )
+        return os.pread(fd, size, 0)
+
+    def _forks_since_boot(self) -> int | None:
+        """The ``processes`` line of ``/proc/stat`` (processes and threads made since boot),
+        read with the rest of the file for :meth:`_host_cpu`; None if unreadable."""
+        size = max(_READ, 2 * len(self._host_stat))
+        try:
+            text = self._host_read("stat", size)
+            while len(text) >= size:  # pragma: no cover - a machine with many interrupts
+                size *= 4
+                text = self._host_read("stat", size)
+        except OSError:
+            self._host_stat = b""
+            return None
+        self._host_stat = text
+        at = text.find(b"\nprocesses ")
+        if at < 0:
+            return None
+        try:
+            return int(text[at + 11 : text.index(b"\n", at + 1)])
+        except ValueError:
+            return None
+
+    def _meminfo(self) -> tuple[float, float]:
+        """(MemTotal, MemAvailable) of ``/proc/meminfo`` in bytes."""
+        total = available = None
+        for line in self._host_read("meminfo", 16384).split(b"\n"):
+            if line.startswith(b"MemTotal:"):
+                total = float(line.split()[1]) * 1024.0
+            elif line.startswith(b"MemAvailable:"):
+                available = float(line.split()[1]) * 1024.0
+                break
+        if total is None:
+            raise ValueError("no MemTotal in meminfo")
+        if available is None:  # pragma: no cover - Linux before 3.14
+            import psutil
+
+            available = float(psutil.virtual_memory().available)
+        return total, available
+
+    def _host_cpu(self) -> float | None:
+        """% of the host's CPU time busy since the previous call (the first primes it), as
+        ``psutil.cpu_percent()`` counts it: all time less idle and iowait, guest time being
+        part of user time already."""
+        line = (self._host_stat or self._host_read("stat", _READ)).split(b"\n", 1)[0]
+        f = [float(x) for x in line.split()[1:]]
+        f += [0.0] * (10 - len(f))
+        total = sum(f[:8])  # user nice system idle iowait irq softirq steal
+        idle = f[3] + f[4]
+        prev, self._host_cpu_prev = self._host_cpu_prev, (total, idle)
+        if prev is None:
+            return None
+        d_total = total - prev[0]
+        if d_total <= 0:
+            return 0.0
+        return max(0.0, min(100.0, (d_total - max(0.0, idle - prev[1])) / d_total * 100.0))
+
     # ------------------------------------------------------------------ one sample
     def sample(self, mono: float) -> dict[str, float]:
         """Read every host metric at monotonic time ``mono`` (seconds); keys are catalog
         keys, values in base units. Never raises for a process that vanished."""
-        procs = self.tree()
+        procs = self.tree(mono)
         values: dict[str, float] = {}
         capacity, mem_limit = self._limits(mono)
         values["cpu.capacity"] = capacity
@@ -409,14 +778,14 @@ class HostProbe:
         self.current_pids = {i.pid for i in procs}
         self.seen_pids |= self.current_pids
         try:
-            vm = psutil.virtual_memory()
-            values["host.mem.used"] = float(vm.total - vm.available)
-        except (OSError, psutil.Error) as exc:  # pragma: no cover - /proc unreadable
+            total, available = self._meminfo()
+            values["host.mem.used"] = total - available
+        except (OSError, ValueError) as exc:  # pragma: no cover - /proc unreadable
             self._log("host-mem", "cannot read host memory (%s)", exc)
         try:
-            host_cpu = psutil.cpu_percent(interval=None)
-            if not first:
-                values["host.cpu.util"] = float(host_cpu)
-        except (OSError, psutil.Error) as exc:  # pragma: no cover - /proc unreadable
+            host_cpu = self._host_cpu()
+            if host_cpu is not None and not first:
+                values["host.cpu.util"] = host_cpu
+        except (OSError, ValueError) as exc:  # pragma: no cover - /proc unreadable
             self._log("host-cpu", "cannot read host CPU use (%s)", exc, level=logging.WARNING)
         return values

@@ -24,19 +24,18 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
-
-import psutil
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tunescope._once import Once
-from tunescope.collect._gpu import GpuBackend
-from tunescope.collect._gpuprobe import GpuProbe
-from tunescope.collect._host import HostProbe
+from tunescope.collect._host import HostProbe, start_and_state
 from tunescope.collect._once import LOGGER_NAME
-from tunescope.collect._where import where
 from tunescope.errors import ConfigError
 from tunescope.metrics import metric as catalog_metric
-from tunescope.store import Batch, EventRow, SampleRow, TrialEnd
+
+if TYPE_CHECKING:  # the store (and numpy) load after the first sample: see _main
+    from tunescope.collect._gpu import GpuBackend
+    from tunescope.collect._gpuprobe import GpuProbe
+    from tunescope.store import Batch, EventRow, SampleRow, TrialEnd
 
 __all__ = [
     "MIN_INTERVAL",
@@ -70,6 +69,8 @@ def failure_message(root_pid: int) -> str:
 
 def end_of(code: int, t: float) -> TrialEnd:
     """How a trial whose command ended with ``code`` (a shell's: 128 + N for signal N) ended."""
+    from tunescope.store import TrialEnd
+
     if code == 0:
         return TrialEnd("completed", t, exit_code=0)
     if code > 128:
@@ -157,11 +158,8 @@ class Root:
         self.child = child
         self.code: int | None = None
         self.ended_at: float | None = None
-        self._proc: psutil.Process | None
-        try:
-            self._proc = psutil.Process(pid)
-        except psutil.Error:
-            self._proc = None
+        got = start_and_state(pid)
+        self._start = None if got is None else got[0]
         if child:
             threading.Thread(
                 target=self._reap, args=(stop,), name="tunescope-reaper", daemon=True
@@ -188,14 +186,12 @@ class Root:
             return self.ended_at is not None
         if self.ended_at is not None:
             return True
-        p = self._proc
-        gone = p is None
-        if p is not None:
+        gone = self._start is None
+        if not gone:
             try:
-                gone = not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                gone = True
-            except psutil.Error:  # another user's process (hidepid): it exists
+                got = start_and_state(self.pid, strict=True)
+                gone = got is None or got[0] != self._start or got[1] in (b"Z", b"X")
+            except OSError:  # another user's process (hidepid): it exists
                 gone = False
         if gone:
             self.ended_at = time.time()
@@ -208,7 +204,9 @@ class Sampler:
     ``key`` names the trial; ``root_pid`` is the training process; ``interval`` in seconds
     (>= :data:`MIN_INTERVAL`); ``gpu`` the GPU backend or None for none; ``gap_since``: this
     sampler replaces one that died, seen alive last at that time: the first sample records a
-    ``sampler_gap`` event over the time without samples. Call :meth:`sample` and
+    ``sampler_gap`` event over the time without samples; ``flush_every``: seconds between
+    the hand-overs :meth:`run` makes (``math.inf``: none, the samples are kept for a
+    :meth:`flush` by hand). Call :meth:`sample` and
     :meth:`flush` directly, or :meth:`run` for the scheduled loop, then :meth:`finish`.
 
     Sampling never touches the store: :meth:`sample` only buffers values and :meth:`flush`
@@ -244,13 +242,11 @@ class Sampler:
         self._wall = wall
         self._mono = mono
         self.host = HostProbe(root_pid, exclude_pid=exclude_pid, proc=proc, log=self._log)
-        self.gpu = GpuProbe(gpu, root_pid, log=self._log, proc=proc) if gpu else None
-        self.where: dict[str, Any] | None = None
-        """Where the trial runs on this host, until the first batch has taken it."""
-        try:
-            self.where = where(self.gpu, proc=proc)
-        except Exception as exc:  # a bug of ours must not stop the sampling
-            self._log("where", "cannot tell where the trial runs (%s: %s)", type(exc).__name__, exc)
+        self._proc = proc
+        self.gpu: GpuProbe | None = None
+        if gpu:
+            self.add_gpu(gpu)
+        self._where_told = False  # where the trial runs here: found and sent at the first flush
         self._lock = threading.Lock()  # guards the buffers
         self._samples: list[SampleRow] = []
         self._events: list[EventRow] = []
@@ -264,6 +260,13 @@ class Sampler:
         self._flushed_mono: float | None = None
         self.samples = 0
         """Samples taken so far."""
+
+    def add_gpu(self, gpu: GpuBackend) -> None:
+        """Sample ``gpu`` too from the next sample on (the sampler process opens the GPU
+        library after its first sample: see ``_main``)."""
+        from tunescope.collect._gpuprobe import GpuProbe
+
+        self.gpu = GpuProbe(gpu, self.root_pid, log=self._log, proc=self._proc)
 
     # ------------------------------------------------------------------ one sample
     def sample(self) -> None:
@@ -307,6 +310,20 @@ class Sampler:
         return True
 
     # ------------------------------------------------------------------ writing
+    def _where_once(self) -> dict[str, Any] | None:
+        """Where the trial runs here (``collect/_where.py``), the first time only (None
+        after): found at the first flush, when the GPU backend is known."""
+        if self._where_told:
+            return None
+        self._where_told = True
+        try:
+            from tunescope.collect._where import where
+
+            return where(self.gpu, proc=self._proc)
+        except Exception as exc:  # a bug of ours must not stop the sampling
+            self._log("where", "cannot tell where the trial runs (%s: %s)", type(exc).__name__, exc)
+            return None
+
     def flush(self, end: TrialEnd | None = None) -> None:
         """Hand the buffered samples to the sink as one batch, with the trial's heartbeat,
         its pids when the set grew, and ``end`` when given. Never waits for the store."""
@@ -315,7 +332,9 @@ class Sampler:
             events, self._events = self._events, []
             pids = self._pids
         grew = pids != self._pids_sent
-        here, self.where = self.where, None
+        from tunescope.store import Batch
+
+        here = self._where_once()
         self.sink.put(
             Batch(
                 self.key,
@@ -334,13 +353,14 @@ class Sampler:
     def run(self, stop: threading.Event, root: Root | None = None) -> None:
         """Sample every ``interval`` on a fixed schedule anchored at the first sample until
         ``stop`` is set or ``root`` ended, flushing every ``flush_every`` seconds. Takes (and
-        flushes) the first sample itself if none was taken yet."""
+        flushes) the first sample itself if none was taken yet; called again, it goes on
+        with the same schedule."""
         if self._first_mono is None:
             self.sample()
             self.flush()
         assert self._first_mono is not None
         t0 = self._first_mono
-        k = 1
+        k = max(1, math.floor((self._mono() - t0) / self.interval) + 1)  # the next slot
         while not stop.is_set():
             if root is not None and root.ended():
                 break
@@ -348,7 +368,10 @@ class Sampler:
             if delay > 0 and stop.wait(delay):
                 break
             self.sample()
-            if self._flushed_mono is None or self._mono() - self._flushed_mono >= self.flush_every:
+            due = (
+                self._flushed_mono is None or self._mono() - self._flushed_mono >= self.flush_every
+            )
+            if due and math.isfinite(self.flush_every):  # infinite: keep them all for now
                 self.flush()
             # Next slot after now: a late sample does not shift the schedule.
             k = max(k + 1, math.floor((self._mono() - t0) / self.interval) + 1)
@@ -359,6 +382,7 @@ class Sampler:
         if self._last_mono is None or self._mono() - self._last_mono >= _FINAL_MIN_GAP:
             self.sample()
         self.flush(end)
+        self.host.close()
         if self.gpu is not None:
             with contextlib.suppress(Exception):
                 self.gpu.close()

@@ -2,6 +2,11 @@
 mode) or ``... --trial-key KEY --status-fd N --exec -- CMD`` (run mode). The protocol with
 the processes that start it is ``tunescope/_protocol.py``.
 
+Start-up: the first sample is taken as soon as the arguments are read (and, in run mode, the
+command started); the store (with numpy) and the GPU library load afterwards in a thread of
+their own while the sampler samples on schedule, keeping its samples until the writer exists.
+GPU values start at the sample after the GPU library opened.
+
 The store comes from ``$TUNESCOPE_STORE`` (never the command line: it may hold a password),
 the trial's spec from ``$TUNESCOPE_SAMPLER_SPEC``. SIGINT, SIGHUP and SIGQUIT are ignored:
 Ctrl-C and a closing terminal reach the whole process group, and the sampler must outlive the
@@ -30,13 +35,14 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import tunescope._protocol as protocol
 from tunescope._once import Once
-from tunescope.collect._gpu import GpuBackend, open_gpu_backend
 from tunescope.collect._loop import (
     MIN_INTERVAL,
     Root,
@@ -49,12 +55,18 @@ from tunescope.collect._loop import (
 from tunescope.collect._once import LOGGER_NAME
 from tunescope.collect._spawn import let_go_of_stdio, spawn
 from tunescope.errors import TunescopeError
-from tunescope.store import TrialEnd, TrialSpec, Writer, open_store, replay, resolve_url
+
+if TYPE_CHECKING:
+    from tunescope.collect._gpu import GpuBackend
+    from tunescope.store import Batch, TrialEnd, TrialSpec, Writer
 
 __all__ = ["LINGER_S", "main", "parser"]
 
 LINGER_S = 120.0
 """Longest a sampler waits, after its trial ended, for the store to take what it holds."""
+
+FLUSH_EVERY_S = 1.0
+"""How often the sampler hands its samples to the writer."""
 
 READY_WAIT_S = 1.0
 """How long the first sample may take to land before ``ready`` is said anyway."""
@@ -213,36 +225,36 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     sys.stdout = sys.stderr  # nothing but "ready" may reach the real stdout
     if not command:
         StdinWatch(0, stop, log).start()
-    url = resolve_url(None)
-    spec: TrialSpec | None = None
-    raw = os.environ.get(protocol.ENV_SPEC)
-    if raw:
-        try:
-            spec = TrialSpec.from_json(raw)
-        except ValueError as exc:
-            logger.error("ignoring a bad %s: %s", protocol.ENV_SPEC, exc)
-    try:
-        key = args.trial_key or _key_of(url, args.trial)
-    except TunescopeError as exc:
-        logger.error("cannot start: %s", exc)
-        return _ended_early(root, status, protocol.EXIT_CANNOT_START)
-    writer = Writer(url, spec=spec if spec and spec.key == key else None, name="sampler", log=log)
-    try:
-        gpu: GpuBackend | None = open_gpu_backend(root.pid, log=log)
-        sampler = Sampler(
-            writer,
-            key,
-            root.pid,
-            args.interval,
-            gpu=gpu,
-            log=log,
-            gap_since=None if args.node else args.gap_since,
-        )
-    except TunescopeError as exc:
-        logger.error("cannot start: %s", exc)
-        writer.close(0.0)
-        return _ended_early(root, status, protocol.EXIT_CANNOT_START)
+    # The first sample before anything slow: the store (numpy) and the GPU library load in a
+    # thread of their own while the samples go on on schedule (kept, not flushed, till then),
+    # so a trial has its first sample within tens of milliseconds of its start.
+    sampler = Sampler(
+        _NoStoreYet(),
+        args.trial_key or "",
+        root.pid,
+        args.interval,
+        log=log,
+        gap_since=None if args.node else args.gap_since,
+    )
+    sampler.flush_every = math.inf
     sampler.sample()
+    loading = _Loading(args.trial_key, args.trial, root.pid, log, logger)
+    loading.start()
+    sampler.run(loading.done, root)
+    loading.join()
+    if loading.crashed is not None:
+        raise loading.crashed
+    if loading.failed is not None:
+        logger.error("cannot start: %s", loading.failed)
+        if loading.writer is not None:
+            loading.writer.close(0.0)
+        return _ended_early(root, status, protocol.EXIT_CANNOT_START)
+    writer, url = loading.writer, loading.url
+    assert writer is not None and loading.key is not None
+    sampler.sink, sampler.key = writer, loading.key
+    sampler.flush_every = FLUSH_EVERY_S
+    if loading.gpu is not None:
+        sampler.add_gpu(loading.gpu)  # from the next sample on
     sampler.flush()
     writer.flush(READY_WAIT_S)
     if not command:
@@ -258,7 +270,69 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     return 0
 
 
+class _Loading(threading.Thread):
+    """Loads what the sampler needs past its first sample, while it samples: the store
+    (with numpy), the trial's key (from the store, for ``--trial ID``), its writer, the GPU
+    backend (the NVML library). :attr:`done` is set at the end; :attr:`failed` says why the
+    sampler cannot start, if it cannot."""
+
+    def __init__(
+        self, key: str | None, trial: int | None, pid: int, log: Once, logger: logging.Logger
+    ) -> None:
+        super().__init__(name="tunescope-loading", daemon=True)
+        self._args = (key, trial, pid)
+        self._log = log
+        self._logger = logger
+        self.done = threading.Event()
+        self.failed: TunescopeError | None = None
+        self.crashed: BaseException | None = None
+        self.url = ""
+        self.key: str | None = None
+        self.writer: Writer | None = None
+        self.gpu: GpuBackend | None = None
+
+    def run(self) -> None:
+        try:
+            self._load()
+        except TunescopeError as exc:
+            self.failed = exc
+        except BaseException as exc:  # a bug: the main thread raises it
+            self.crashed = exc
+        finally:
+            self.done.set()
+
+    def _load(self) -> None:
+        from tunescope.store import TrialSpec, Writer, resolve_url
+
+        key, trial, pid = self._args
+        self.url = url = resolve_url(None)
+        spec: TrialSpec | None = None
+        raw = os.environ.get(protocol.ENV_SPEC)
+        if raw:
+            try:
+                spec = TrialSpec.from_json(raw)
+            except ValueError as exc:
+                self._logger.error("ignoring a bad %s: %s", protocol.ENV_SPEC, exc)
+        self.key = key = key or _key_of(url, trial or 0)
+        self.writer = Writer(
+            url, spec=spec if spec and spec.key == key else None, name="sampler", log=self._log
+        )
+        from tunescope.collect._gpu import open_gpu_backend
+
+        self.gpu = open_gpu_backend(pid, log=self._log)
+
+
+class _NoStoreYet:
+    """The first sample's sink until the store is opened: never written to (the first flush
+    comes after the writer replaced it)."""
+
+    def put(self, batch: Batch) -> None:  # pragma: no cover - a bug if reached
+        raise AssertionError("the sampler flushed before its store was opened")
+
+
 def _key_of(url: str, trial_id: int) -> str:
+    from tunescope.store import open_store
+
     with open_store(url, create=False) as st:
         return st.get_trial(trial_id).key
 
@@ -273,6 +347,8 @@ def _ended_early(root: Root, status: _Status, code: int) -> int:
 
 
 def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:
+    from tunescope.store import TrialEnd
+
     now = time.time()
     if stop.reason == "stop":
         return None
@@ -290,6 +366,8 @@ def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:
 def _linger(writer: Writer, url: str, logger: logging.Logger) -> None:
     """Give the store until the linger deadline to take what this sampler holds, then replay
     what other processes left in the spool (see the module doc)."""
+    from tunescope.store import open_store, replay
+
     deadline = time.monotonic() + linger_s()
     if not writer.close(max(0.0, deadline - time.monotonic())):
         logger.warning(

@@ -336,7 +336,7 @@ CATALOG: tuple[Metric, ...] = (
         "nvml",
         "gpu",
         "nvmlDeviceGetTotalEnergyConsumption (mJ since driver load)",
-        "Energy the board has used since the trial's first sample.",
+        "Energy the board has used since the trial's first GPU sample.",
         scale=1e-3,
     ),
     _m(

@@ -2,15 +2,16 @@
 
 Prints, each beside its target:
 
-* ``sampler.cpu_1hz.N``: the sampler process's CPU time (user + system, all its threads, from
-  ``/proc/PID/stat``) over a steady stretch after a warm-up, as % of one core, while it
+* ``sampler.cpu_1hz.N``: the sampler process's CPU time (all its threads, from
+  ``/proc/PID/task/*/schedstat``) over a steady stretch after a warm-up, as % of one core, while it
   samples a tree of N sleeping processes at 1 Hz: N = 1 (target <= 0.3), 16 (no target),
   64 with 8 replayed GPUs (target <= 1; the GPUs are the synthetic ``node_a_8gpu`` replay,
   8 x H100).
 * ``sampler.cpu_100ms.64``: the same at a 0.1 s interval (target <= 5).
 * ``sampler.cpu_1hz.pss``: 16 processes that each map and touch the same multi-GiB shared
   memory file (PSS is computed by walking their page tables, so this is where reading
-  ``smaps_rollup`` costs most; no target, compare with ``cpu_1hz.16``).
+  ``smaps_rollup`` costs most; no target, compare with ``cpu_1hz.16``), measured over at
+  least 60 s, so that the periodic PSS refreshes of idle processes fall in the window.
 * ``sampler.first_sample_ms``: median time from a trial's start (``run.trial()``) to its
   first stored sample, over several trial starts (target <= 200).
 
@@ -125,10 +126,20 @@ def tree(n: int, shm_bytes: int = 0) -> Iterator[int]:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads, those gone included)."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """CPU seconds process ``pid`` has run: the sum over its threads of
+    ``/proc/PID/task/TID/schedstat`` (nanoseconds; a thread that ends in between takes its
+    part along, so measure between moments its threads stay the same), else user + system
+    of ``/proc/PID/stat`` (clock ticks: 10 ms steps)."""
+    try:
+        total = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Sampler:
@@ -277,8 +288,9 @@ def main() -> int:
             )
         )
         for name, n, interval, g, shm, target in runs:
+            seconds = max(args.seconds, 60.0) if shm else args.seconds
             with tree(n, shm) as root:
-                got = measure(srcs, tmp, root, interval, g, args.warmup, args.seconds)
+                got = measure(srcs, tmp, root, interval, g, args.warmup, seconds)
             show(name, got, target)
         lat: list[list[float]] = [[] for _ in srcs]
         for _ in range(2):  # alternate the two checkouts

@@ -316,6 +316,20 @@ def test_importing_the_package_is_cheap() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_the_first_sample_needs_no_heavy_import() -> None:
+    """The sampler process takes its first sample before the store (numpy) and the GPU
+    library load: its modules and one sample import none of them."""
+    code = (
+        "import sys, os, time; "
+        "from tunescope.collect._main import main; "
+        "from tunescope.collect._loop import Sampler; "
+        "s = Sampler(None, 'k', os.getpid(), 1.0); s.sample(); "
+        "heavy = [m for m in ('pynvml', 'torch', 'numpy', 'psutil') if m in sys.modules]; "
+        "assert s.samples == 1 and not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_collect_imports_only_metrics_store_and_errors() -> None:
     allowed = (
         "tunescope.collect",

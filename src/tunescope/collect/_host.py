@@ -26,8 +26,8 @@ with its mapped memory (milliseconds per GiB), so a process's PSS is read again 
    with another process change its PSS when that process maps, copies or drops them, with no
    sign in its own counters. The period is :data:`PSS_REFRESH_S`, or longer where the tree's
    PSS reads take so long that refreshing them that often would cost more than
-   :data:`PSS_REFRESH_SHARE` of a core: the time the last read of every process took, summed
-   over the tree, / that share (16 processes mapping 2 GiB each: about 30 s).
+   :data:`PSS_REFRESH_SHARE` of a core: the CPU time the last read of every process took,
+   summed over the tree, / that share (16 processes mapping 2 GiB each: about 30 s).
 
 A spike in a process's memory shows at the next sample (rule 1); a change in sharing made by
 another process, while the process whose share changes neither faults nor moves its RSS and the
@@ -184,7 +184,7 @@ class _Member:
         self.pss: float | None = None
         self.sig: tuple[int, int] | None = None  # (rss, faults) when PSS was last read
         self.pss_due = 0.0
-        self.pss_cost = 0.0  # seconds the last read took
+        self.pss_cost = 0.0  # CPU seconds the last read took
 
 
 def _read(path: str, size: int = _READ) -> bytes:
@@ -513,9 +513,9 @@ class HostProbe:
             m.pss_due = mono + period
         if m.pss_ok:
             try:
-                t0 = time.perf_counter()
+                t0 = time.thread_time()  # CPU time: a loaded machine does not lengthen it
                 m.pss = _read_pss(f"{self._proc_s}/{m.pid}")
-                m.pss_cost = time.perf_counter() - t0
+                m.pss_cost = time.thread_time() - t0
                 return
             except (FileNotFoundError, ProcessLookupError):
                 m.pss = None

@@ -9,7 +9,8 @@ Watch mode (the SDK's trials): the sampler samples the process tree of ``--pid``
   run``'s wrapper, when a sampler it restarted watches a command it reaped): the sampler ends
   the trial accordingly and stops. End of input alone is not a stop: the sampler keeps
   sampling while the root process lives, and ends the trial ``failed`` when the root ends
-  without a ``stop``.
+  without a ``stop`` (once the root ended, while stdin is still open, it waits up to a second
+  for the ``exit CODE`` of a launcher that reaped it).
 * stdout: one line, ``ready``, once the first sample is taken (and written, when the store
   answers within a second). Nothing else is ever written there.
 

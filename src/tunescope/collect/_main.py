@@ -65,6 +65,9 @@ __all__ = ["LINGER_S", "main", "parser"]
 LINGER_S = 120.0
 """Longest a sampler waits, after its trial ended, for the store to take what it holds."""
 
+EXIT_WORD_WAIT_S = 1.0
+"""Watch mode: how long, once the root ended, the sampler waits for ``exit CODE`` on stdin."""
+
 FLUSH_EVERY_S = 1.0
 """How often the sampler hands its samples to the writer."""
 
@@ -262,6 +265,8 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
             out.write(protocol.READY + "\n")
             out.flush()
     sampler.run(stop.event, root)
+    if not command:
+        _await_word(stop)
     end = None if args.node else _how_it_ended(stop, root)
     if command and root.code is not None:
         status.say(f"{protocol.EXIT} {root.code}")  # tunescope run exits now; we write on
@@ -344,6 +349,15 @@ def _ended_early(root: Root, status: _Status, code: int) -> int:
             time.sleep(0.05)
         status.say(f"{protocol.EXIT} {root.code}")
     return code
+
+
+def _await_word(stop: StopSignal) -> None:
+    """Watch mode, the root ended: a launcher that reaped it (``tunescope run``'s wrapper)
+    says ``exit CODE`` right after; wait up to :data:`EXIT_WORD_WAIT_S` for that word, unless
+    stdin closed (the root held it: nobody is left to say anything)."""
+    deadline = time.monotonic() + EXIT_WORD_WAIT_S
+    while stop.reason is None and not stop.eof and time.monotonic() < deadline:
+        stop.event.wait(0.02)
 
 
 def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:

@@ -204,13 +204,10 @@ def test_with_the_real_sampler(sqlite_url: str, db: Store) -> None:
     assert info.state == "completed" and info.interval == interval
     series = {s.metric: s for s in db.list_series(trial.id) if s.device is None}
     assert {"cpu.util", "cpu.mem"} <= set(series)
-    firsts = []
-    for metric in ("cpu.util", "cpu.mem"):
+    for metric in ("cpu.util", "cpu.mem"):  # how soon the first comes: make bench-sampler
         t, _ = db.read_samples(series[metric].id)
         assert len(t) >= 2, metric
         assert all(info.start <= x <= info.start + 10 for x in t)
-        firsts.append(float(t[0]))
-    assert min(firsts) - info.start <= interval
     assert float(db.read_samples(series["cpu.mem"].id)[1].max()) > 10e6  # a python process
 
 

@@ -46,6 +46,27 @@ def _train(config: dict[str, Any]) -> None:
         tune.report({"loss": config["level"] + 1.0 / (i + 1), "extra": {"i": i}, "node": node})
 
 
+def _settled(url: str) -> None:
+    """Wait until what the sweep's trials held is in the store: a trial leaves what its store
+    could not take in time to its sampler (which outlives it, Ray leaving it be) or to the
+    spool. So: every sampler of ours has ended (bounded), then the spool is replayed, as
+    `tunescope sync` would."""
+    samplers = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "tunescope.collect" in " ".join(p.info["cmdline"] or ())
+    ]
+    _, alive = psutil.wait_procs(samplers, timeout=30)
+    assert alive == [], [p.pid for p in alive]
+    done = subprocess.run(
+        [sys.executable, "-m", "tunescope", "sync", "--store", url, "--timeout", "30"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def _ours(trials: Iterable[Any], result: Any) -> Any:
     """Our trial of a Tune result: Tune's trial directory starts with the trial's name (a
     result of a trial that never reported has no config to tell it by)."""
@@ -74,6 +95,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         mp.setenv("RAY_kill_child_processes_on_worker_exit", "0")
         mp.setenv("PYTHONPATH", os.pathsep.join(sys.path))  # this module, for the workers
         node = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
+        before = set(psutil.Process().children(recursive=True))  # e.g. a session's browser
         c = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
         try:
             c.add_node(**node)
@@ -81,7 +103,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             yield url
         finally:
             # the cluster's processes: GCS, raylets, their workers and agents, our samplers
-            started = psutil.Process().children(recursive=True)
+            started = [p for p in psutil.Process().children(recursive=True) if p not in before]
             ray.shutdown()
             c.shutdown()
     _, alive = psutil.wait_procs(started, timeout=20)
@@ -110,6 +132,7 @@ def test_an_asha_sweep_on_two_nodes(cluster: str, tmp_path: Path) -> None:
         ),
     )
     grid = tuner.fit()
+    _settled(cluster)
     tune_trials = {r.metrics["trial_id"]: r for r in grid if r.metrics}
     failed = [r for r in grid if r.error is not None]
     assert len(failed) == 1 and len(grid) == 5
@@ -212,6 +235,7 @@ def test_a_class_trainable(cluster: str, tmp_path: Path) -> None:
         ),
     )
     grid = tuner.fit()
+    _settled(cluster)
     with open_store(cluster) as st:
         trials = st.list_trials(st.get_run("class-sweep").id)
         assert len(trials) == len(grid) == 5

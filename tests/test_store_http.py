@@ -197,7 +197,8 @@ def test_another_projects_ids_are_not_found(
         trial = theirs.get_trial(tid)
         sid = theirs.list_series(tid)[0].id
         packed = theirs.series(tid, "gpu.util", "0")
-        theirs.append_samples([(packed.id, T0 + i, 1.0) for i in range(300)])  # one chunk
+        n = CHUNK_SAMPLES + 44  # one chunk and some pending
+        theirs.append_samples([(packed.id, T0 + i, 1.0) for i in range(n)])
         cid = theirs._chunk_summaries(packed.id, -math.inf, math.inf)[0][0]
     monkeypatch.setenv("TUNESCOPE_TOKEN", make_token(http_server.db_url, b))
     with open_store(http_server.url(b)) as mine:

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -217,36 +218,52 @@ def measure(base: str, repeat: int) -> dict[str, list[float]]:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_and_report(
+    prefix: str,
+    db: Path,
+    build_db: Callable[[Path], None],
+    measure_at: Callable[[str, int], dict[str, list[float]]],
+    targets: dict[str, float],
+    with_markers: Iterable[str],
+) -> tuple[bool, dict[str, list[float]]]:
+    """The browser benches' one main: arguments, the cached store (built when missing or on
+    ``--rebuild``), the page built, a server over it, the measurements, and each figure's
+    median printed beside its target. Returns (a target missed, the measurements)."""
+    about = sys.modules["__main__"].__doc__ or " "
+    parser = argparse.ArgumentParser(description=about.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="timed loads / clicks each")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached store")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    if args.rebuild or not DB.exists():
-        build(DB)
+    if args.rebuild or not db.exists():
+        build_db(db)
     ensure_built()
-    base, proc = serve(DB)
+    base, proc = serve(db)
     try:
-        results = measure(base, max(1, args.repeat))
+        results = measure_at(base, max(1, args.repeat))
     finally:
         proc.terminate()
         proc.wait(10)
     missed = False
-    for key, target in TARGETS.items():
+    for key, target in targets.items():
         values = results[key]
         med = statistics.median(values)
         missed |= med > target
         print(
-            f"browser.{key} {med:.0f} (target <= {target:.0f})  "
+            f"{prefix}.{key} {med:.0f} (target <= {target:.0f})  "
             f"[min {min(values):.0f}, max {max(values):.0f}, n={len(values)}]"
         )
-    for key in WITH_MARKERS.values():
+    for key in with_markers:
         values = results[key]
         print(
-            f"browser.{key} {statistics.median(values):.0f} (markers drawn too; no target)  "
+            f"{prefix}.{key} {statistics.median(values):.0f} (markers drawn too; no target)  "
             f"[min {min(values):.0f}, max {max(values):.0f}, n={len(values)}]"
         )
+    return missed, results
+
+
+def main() -> int:
+    missed, _ = run_and_report("browser", DB, build, measure, TARGETS, WITH_MARKERS.values())
     return 1 if missed else 0
 
 

@@ -34,8 +34,6 @@ Usage: .venv/bin/python bench/bench_browser_scale.py [--repeat N] [--rebuild]
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -43,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from bench_browser import CHROMIUM, CHROMIUM_ARGS, OUT, ensure_built, serve
+from bench_browser import CHROMIUM, CHROMIUM_ARGS, OUT, run_and_report
 from tunescope.metrics import GIB
 from tunescope.store import Event, Scalar, open_store
 
@@ -239,35 +237,7 @@ def measure(base: str, repeat: int) -> dict[str, list[float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5, help="timed loads / clicks each")
-    parser.add_argument("--rebuild", action="store_true", help="rebuild the cached store")
-    args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-    if args.rebuild or not DB.exists():
-        build(DB)
-    ensure_built()
-    base, proc = serve(DB)
-    try:
-        results = measure(base, max(1, args.repeat))
-    finally:
-        proc.terminate()
-        proc.wait(10)
-    missed = False
-    for key, target in TARGETS.items():
-        values = results[key]
-        med = statistics.median(values)
-        missed |= med > target
-        print(
-            f"scale.{key} {med:.0f} (target <= {target:.0f})  "
-            f"[min {min(values):.0f}, max {max(values):.0f}, n={len(values)}]"
-        )
-    for key in WITH_MARKERS.values():
-        values = results[key]
-        print(
-            f"scale.{key} {statistics.median(values):.0f} (markers drawn too; no target)  "
-            f"[min {min(values):.0f}, max {max(values):.0f}, n={len(values)}]"
-        )
+    missed, results = run_and_report("scale", DB, build, measure, TARGETS, WITH_MARKERS.values())
     cold = results["run_first_chart_cold_ms"][0]
     print(
         f"scale.run_first_chart_cold_ms {cold:.0f} (the server's first request for the run: "

@@ -19,6 +19,7 @@ from browser_helpers import (
     build_store,
     ensure_built,
     serve,
+    watched_page,
 )
 
 
@@ -62,16 +63,5 @@ def page_problems() -> list[str]:
 def page(browser: Any, server: Server, page_problems: list[str]) -> Iterator[Any]:
     """A fresh page (own storage) at 1280x900, under the page's own Content-Security-Policy;
     fails the test on a script error or a console error (a CSP violation, an API error…)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=server.base)
-    pg = context.new_page()
-    pg.set_default_timeout(10_000)
-    pg.on("pageerror", lambda exc: page_problems.append(f"page error: {exc}"))
-    pg.on(
-        "console",
-        lambda msg: (
-            page_problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
-        ),
-    )
-    yield pg
-    context.close()
-    assert not page_problems, "\n".join(page_problems)
+    with watched_page(browser, server.base, page_problems) as pg:
+        yield pg

@@ -27,6 +27,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -410,6 +412,28 @@ def serve(store_url: str, log: Path) -> Server:
 
 
 # ---------------------------------------------------------------------------------- page hooks
+@contextmanager
+def watched_page(
+    browser: Any, base: str, problems: list[str], timeout_ms: float = 10_000
+) -> Iterator[Any]:
+    """A fresh page (own storage) at 1280x900 on ``base``, under the page's own
+    Content-Security-Policy; a script error or a console error (a CSP violation, an API
+    error...) is added to ``problems``, and fails the test when the page is done."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=base)
+    pg = context.new_page()
+    pg.set_default_timeout(timeout_ms)
+    pg.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    pg.on(
+        "console",
+        lambda msg: (
+            problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
+        ),
+    )
+    yield pg
+    context.close()
+    assert not problems, "\n".join(problems)
+
+
 def draws(page: Any) -> int:
     """How many times the main chart has drawn fetched data (window.__tunescope.drawCount)."""
     return int(page.evaluate("() => window.__tunescope.drawCount"))

@@ -29,6 +29,7 @@ from browser_helpers import (
     painted,
     serve,
     shown_span,
+    watched_page,
 )
 from tunescope.metrics import GIB
 from tunescope.store import TrialInfo, open_store
@@ -100,21 +101,8 @@ def demo_server(demo: Demo, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def page(browser: Any, demo_server: Server, page_problems: list[str]) -> Iterator[Any]:
     """As browser_fixtures' page (1280x900, fails on script and console errors), on the
     demo's server."""
-    context = browser.new_context(
-        viewport={"width": 1280, "height": 900}, base_url=demo_server.base
-    )
-    pg = context.new_page()
-    pg.set_default_timeout(15_000)
-    pg.on("pageerror", lambda exc: page_problems.append(f"page error: {exc}"))
-    pg.on(
-        "console",
-        lambda msg: (
-            page_problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
-        ),
-    )
-    yield pg
-    context.close()
-    assert not page_problems, "\n".join(page_problems)
+    with watched_page(browser, demo_server.base, page_problems, 15_000) as pg:
+        yield pg
 
 
 # ---------------------------------------------------------------------------------- helpers

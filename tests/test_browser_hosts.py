@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from browser_helpers import Server, after_draw, ensure_built, serve
+from browser_helpers import Server, after_draw, ensure_built, serve, watched_page
 from tunescope.metrics import GIB
 from tunescope.store import open_store
 
@@ -60,19 +60,8 @@ def hosts_page(  # browser_fixtures' page, over this module's server
     browser: Any, two_hosts: tuple[Server, dict[str, int]], page_problems: list[str]
 ) -> Iterator[Any]:
     srv, _ = two_hosts
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=srv.base)
-    pg = context.new_page()
-    pg.set_default_timeout(10_000)
-    pg.on("pageerror", lambda exc: page_problems.append(f"page error: {exc}"))
-    pg.on(
-        "console",
-        lambda msg: (
-            page_problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
-        ),
-    )
-    yield pg
-    context.close()
-    assert not page_problems, "\n".join(page_problems)
+    with watched_page(browser, srv.base, page_problems) as pg:
+        yield pg
 
 
 def _legend(page: Any) -> list[str]:

@@ -56,6 +56,15 @@ class Proc:
         return self.p.stderr.read().decode()
 
 
+def start_root(env_extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A live process (``sleep 120``) to be a trial's root: no ``CUDA_VISIBLE_DEVICES`` but
+    what ``env_extra`` gives it."""
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(env_extra or {})
+    return subprocess.Popen(["sleep", "120"], env=env)
+
+
 def python(code: str, *args: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code), *args]
 

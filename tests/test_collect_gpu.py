@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from collect_helpers import StoreSink
+from collect_helpers import StoreSink, start_root
 from tunescope._once import Once
 from tunescope.collect import (
     DEVICE_WIDE_NOTE,
@@ -62,13 +62,6 @@ def store(sqlite_url: str) -> Iterator[Store]:
 @pytest.fixture
 def trial(store: Store) -> int:
     return store.create_trial(store.ensure_run("r").id).id
-
-
-def start_root(env_extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env.update(env_extra or {})
-    return subprocess.Popen(["sleep", "120"], env=env)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from collect_helpers import StoreSink
+from collect_helpers import StoreSink, start_root
 from tunescope._once import Once
 from tunescope.collect import DEVICE_WIDE_NOTE, REPLAY_ENV, NvmlBackend, ReplayBackend, Sampler
 from tunescope.collect._gpuprobe import parse_visible_devices
@@ -42,13 +42,6 @@ def store(sqlite_url: str) -> Iterator[Store]:
     s = open_store(sqlite_url)
     yield s
     s.close()
-
-
-def start_root(env_extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env.update(env_extra or {})
-    return subprocess.Popen(["sleep", "120"], env=env)
 
 
 @pytest.fixture

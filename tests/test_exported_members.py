@@ -63,7 +63,7 @@ PUBLIC = {
         "ReplayStats",
         "replay",
         "pending",
-        "keeps",
+        "classify",
         "spool_dir",
         "spool_root",
         "display",

@@ -34,7 +34,7 @@ from tunescope.store import (
     TrialEnd,
     TrialInfo,
     TrialSpec,
-    keeps,
+    classify,
     new_key,
     open_store,
     project_of,
@@ -109,7 +109,7 @@ def test_a_server_that_is_not_there_is_unavailable_and_writers_keep() -> None:
         pytest.raises(StoreUnavailable, match="cannot reach") as caught,
     ):
         st.write(_batch(_spec()))
-    assert keeps(caught.value) and "\n" not in str(caught.value)
+    assert classify(caught.value) == "retry" and "\n" not in str(caught.value)
 
 
 def test_https_trusts_a_private_ca_named_in_the_environment(
@@ -153,7 +153,7 @@ def test_a_missing_or_wrong_token_is_one_line_naming_the_variable(
     message = str(caught.value)
     assert "refused the token in $TUNESCOPE_TOKEN" in message and "\n" not in message
     assert wrong not in message and "w" * 10 not in message
-    assert keeps(caught.value)  # a writer keeps its data until the token is right
+    assert classify(caught.value) == "refused"  # writers keep it in the spool, unsent
 
 
 def test_a_read_token_reads_and_cannot_write(

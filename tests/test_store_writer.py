@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from fault_helpers import SqliteLock, wait_for
-from tunescope.errors import StoreError, StoreUnavailable
 from tunescope.store import Batch, TrialSpec, new_key, open_store
 from tunescope.store._spool import SpoolFile, pending, replay, spool_dir
 from tunescope.store._writer import Writer
@@ -196,16 +195,6 @@ def test_a_write_stuck_past_the_deadline_does_not_hold_close(
         stats = replay(sqlite_url, st.write, root=root)
     assert stats.written == 1
     assert stored(sqlite_url, sp.key) == ([0.0], 1)
-
-
-def test_unavailable_errors_are_kept_and_others_rejected() -> None:
-    from tunescope.errors import AccessDenied, CorruptData, NotFound, SchemaError
-    from tunescope.store._spool import keeps
-
-    assert keeps(StoreUnavailable("down")) and keeps(NotFound("trial not yet"))
-    assert keeps(AccessDenied("no token: set TUNESCOPE_TOKEN"))  # kept until it is set
-    assert keeps(SchemaError("newer version")) and not keeps(CorruptData("bad chunk"))
-    assert not keeps(StoreError("constraint failed"))
 
 
 @pytest.mark.parametrize("n", [1, 3])

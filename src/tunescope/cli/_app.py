@@ -210,8 +210,9 @@ def sync(
     """Write what the spool holds for a store (data kept while the store was unreachable).
 
     Samplers do this by themselves once the store is back; run it for what is left. Exit
-    code 0 when nothing is left, 1 when some still waits (the store is unreachable, or a
-    process still writing owns it)."""
+    code 0 when nothing is left, 1 when some still waits (the store is unreachable or
+    refuses the token, or a process still writing owns it) or frames were damaged (their
+    bytes are kept in the spool's rejected/ folder, the rest is written)."""
     if not (math.isfinite(timeout) and timeout > 0):
         raise ConfigError(f"--timeout {timeout:g} must be a positive number of seconds")
     code, lines = sync_spool(check_url(absolute_url(store)), timeout)

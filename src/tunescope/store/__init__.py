@@ -41,7 +41,7 @@ from tunescope.store._model import (
 )
 from tunescope.store._open import open_store
 from tunescope.store._pool import PooledStore
-from tunescope.store._spool import ReplayStats, keeps, pending, replay, spool_dir, spool_root
+from tunescope.store._spool import ReplayStats, classify, pending, replay, spool_dir, spool_root
 from tunescope.store._sql import SQLStore
 from tunescope.store._tokens import digest as token_digest
 from tunescope.store._url import (
@@ -87,9 +87,9 @@ __all__ = [
     "Writer",
     "absolute_url",
     "check_url",
+    "classify",
     "display",
     "export_rows",
-    "keeps",
     "load",
     "new_key",
     "open_store",

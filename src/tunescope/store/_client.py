@@ -6,12 +6,15 @@ connection on the first request and again when the server closed it (an idle kee
 connection is not reused after :data:`IDLE_REUSE_S`, and one the server closed reads as
 ready). Failures become store errors in one line, the token never in them:
 
-* cannot connect, a timeout (``timeout``), a connection lost, 502/503/504, 429:
-  :class:`~tunescope.errors.StoreUnavailable`. A request that may be repeated (``retry``) is
-  sent once more when a reused connection turns out closed before any answer; one that may
-  not (appends, ``create_trial``) raises, as whether it landed is unknown;
+* cannot connect, a timeout (``timeout``), a connection lost, any 5xx or 429 whose code
+  names no more precise class: :class:`~tunescope.errors.StoreUnavailable`. A request that
+  may be repeated (``retry``) is sent once more when a reused connection turns out closed
+  before any answer; one that may not (appends, ``create_trial``) raises, as whether it
+  landed is unknown;
 * 401, 403, a certificate that does not verify: :class:`~tunescope.errors.AccessDenied`
   naming ``$TUNESCOPE_TOKEN`` or ``$TUNESCOPE_CA_BUNDLE``;
+* 400, 413 or 422 to a batch (``/api/v1/ingest``): the ingest's own validation proves the
+  batch wrong: :class:`~tunescope.errors.Rejected` (writers set it aside);
 * any other error answer: the class its code names (``wire.CODES``).
 """
 
@@ -27,16 +30,20 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from tunescope.errors import AccessDenied, ConfigError, StoreError, StoreUnavailable
+from tunescope.errors import AccessDenied, ConfigError, Rejected, StoreError, StoreUnavailable
 from tunescope.store._url import http_target
 from tunescope.store.wire import PROJECT_HEADER, error_of, loads
 
-__all__ = ["CA_ENV", "IDLE_REUSE_S", "TIMEOUT_S", "TOKEN_ENV", "Client"]
+__all__ = ["CA_ENV", "IDLE_REUSE_S", "INGEST_PATH", "TIMEOUT_S", "TOKEN_ENV", "Client"]
 
 TOKEN_ENV = "TUNESCOPE_TOKEN"
 CA_ENV = "TUNESCOPE_CA_BUNDLE"
 TIMEOUT_S = 15.0
 """Longest a request waits for the server before it raises StoreUnavailable."""
+
+INGEST_PATH = "/api/v1/ingest"
+"""Where batches go: a 400/413/422 answer there is the ingest's proof that the batch is
+wrong."""
 
 IDLE_REUSE_S = 2.0
 """A connection idle longer than this is opened again rather than reused (servers close idle
@@ -157,9 +164,9 @@ class Client:
             if not isinstance(answer, dict):
                 raise StoreError(f"{self.url} answered {path} with something not JSON")
             return answer
-        raise self._error(status, answer)
+        raise self._error(status, answer, path)
 
-    def _error(self, status: int, answer: Any) -> Exception:
+    def _error(self, status: int, answer: Any, path: str = "") -> Exception:
         err = answer.get("error") if isinstance(answer, dict) else None
         code = str(err.get("code", "")) if isinstance(err, dict) else ""
         message = _first_line(str(err.get("message", ""))) if isinstance(err, dict) else ""
@@ -176,11 +183,14 @@ class Client:
             return AccessDenied(
                 f"{self.url} refused the token in ${TOKEN_ENV}: {message or 'forbidden'}"
             )
-        if code:
-            return error_of(code, f"{self.url}: {message}" if message else f"{self.url}: {code}")
-        what = f"{self.url} answered HTTP {status}"
-        if status in (502, 503, 504):
-            return StoreUnavailable(what)
+        what = f"{self.url} answered HTTP {status}" + (f" ({code})" if code else "")
+        if path == INGEST_PATH and status in (400, 413, 422):
+            return Rejected(f"{what}: {message}" if message else what)
+        exc = error_of(code, f"{self.url}: {message or code}") if code else None
+        if (status == 429 or status >= 500) and (exc is None or type(exc) is StoreError):
+            return StoreUnavailable(f"{what}: {message}" if message else what)
+        if exc is not None:
+            return exc
         return StoreError(f"{what}; is it a tunescope server?")
 
     def close(self) -> None:

@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tunescope.errors import StoreError
+from tunescope.errors import Rejected, StoreError
 from tunescope.store._batch import Batch
-from tunescope.store._client import Client
+from tunescope.store._client import INGEST_PATH, Client
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store
 from tunescope.store._model import (
@@ -197,11 +197,9 @@ class HttpStore(Store):
         try:
             raw = batch.to_json()
         except (TypeError, ValueError) as exc:
-            raise StoreError(
-                f"a batch may hold only finite numbers and JSON values: {exc}"
-            ) from None
+            raise Rejected(f"a batch may hold only finite numbers and JSON values: {exc}") from None
         body = gzip.compress(raw, compresslevel=6, mtime=0)
-        answer = self._client.post("/api/v1/ingest", body, compressed=True, retry=True)
+        answer = self._client.post(INGEST_PATH, body, compressed=True, retry=True)
         trial = answer.get("trial")
         if isinstance(trial, bool) or not isinstance(trial, int):
             raise StoreError(f"{self.url} answered a batch without its trial's id")

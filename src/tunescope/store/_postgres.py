@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from tunescope.errors import ConfigError, SchemaError, StoreError, StoreUnavailable
+from tunescope.errors import ConfigError, Rejected, SchemaError, StoreError, StoreUnavailable
 from tunescope.store._sql import Dialect, SQLStore
 from tunescope.store._url import redact, secret_of
 
@@ -53,6 +53,19 @@ _PERMANENT = (
     "certificate",
 )
 """Connection failures that waiting will not cure: the URL or the credentials are wrong."""
+
+_WAIT_CLASSES = frozenset({"08", "53", "57", "58"})
+"""SQLSTATE classes waiting may cure: connection exception; insufficient resources (disk full,
+out of memory, too many connections); operator intervention (admin shutdown, query canceled,
+cannot connect now); system error (I/O)."""
+
+_WAIT_STATES = frozenset({"25006", "40001", "40P01", "55P03", "55006"})
+"""read-only transaction (a standby after a failover), serialization failure, deadlock, lock
+not available, object in use."""
+
+_PROOF_CLASSES = frozenset({"22", "54"})
+"""SQLSTATE classes that prove the value sent wrong: data exception (out of range, a bad
+encoding), program limit exceeded (a name too long to index)."""
 
 _MIGRATION_LOCK = 0x7475_6E65  # 'tune'
 
@@ -115,13 +128,24 @@ class PostgresStore(SQLStore):
         return isinstance(exc, psycopg.OperationalError) and bool(conn.closed or conn.broken)
 
     def _translate(self, exc: Exception) -> StoreError | None:
+        """The StoreError of a psycopg exception, by its SQLSTATE: what waiting may cure
+        (:data:`_WAIT_CLASSES`, :data:`_WAIT_STATES`, a connection-level failure with no
+        state) is StoreUnavailable; a value the database refuses (:data:`_PROOF_CLASSES`, a
+        NUL the driver cannot send) is Rejected; a missing table SchemaError; the rest
+        StoreError."""
+        if not isinstance(exc, psycopg.Error):
+            return None
+        text = f"{self.url}: {self._clean(exc)}"
+        state = getattr(exc, "sqlstate", None) or ""
         if isinstance(exc, psycopg.errors.UndefinedTable):
-            return SchemaError(f"{self.url}: {self._clean(exc)}")
-        if isinstance(exc, psycopg.errors.QueryCanceled):
-            return StoreUnavailable(f"{self.url}: {self._clean(exc)}")
-        if isinstance(exc, psycopg.Error):
-            return StoreError(f"{self.url}: {self._clean(exc)}")
-        return None
+            return SchemaError(text)
+        if state[:2] in _WAIT_CLASSES or state in _WAIT_STATES:
+            return StoreUnavailable(text)
+        if state[:2] in _PROOF_CLASSES or (not state and isinstance(exc, psycopg.DataError)):
+            return Rejected(text)
+        if not state and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            return StoreUnavailable(text)
+        return StoreError(text)
 
     def _migration_lock(self, cur: Any) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))

@@ -30,7 +30,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from tunescope._kept import Kept
-from tunescope.errors import Conflict, NotFound, SchemaError, StoreError, StoreUnavailable
+from tunescope.errors import Conflict, NotFound, Rejected, SchemaError, StoreError, StoreUnavailable
 from tunescope.store._batch import Batch, EventRow, ScalarRow, TrialSpec, new_key
 from tunescope.store._codec import F64, MAX_DELTA_MS, decode, encode, encode_blocks, to_stored
 from tunescope.store._contract import CHUNK_SAMPLES, Store
@@ -454,7 +454,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         try:
             params_json = json.dumps(params, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise StoreError(f"trial params must be JSON values: {exc}") from None
+            raise Rejected(f"trial params must be JSON values: {exc}") from None
         if (
             self._q(
                 cur, f"SELECT id FROM runs WHERE id = ?{self.dialect.for_update}", (run_id,)
@@ -586,7 +586,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             try:
                 args.append(json.dumps(params, sort_keys=True, allow_nan=False))
             except (TypeError, ValueError) as exc:
-                raise StoreError(f"trial params must be JSON values: {exc}") from None
+                raise Rejected(f"trial params must be JSON values: {exc}") from None
             sets.append("params = ?")
         for col, val in (
             ("state", state),
@@ -644,7 +644,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 return tid  # another connection wrote it meanwhile
             for metric, _device, _note, t, v in batch.samples:
                 if not (math.isfinite(t) and math.isfinite(v)):
-                    raise StoreError(f"sample of {metric} at t={t} is not a finite number: {v}")
+                    raise Rejected(f"sample of {metric} at t={t} is not a finite number: {v}")
             ids = self._series_ids_in(
                 cur, tid, batch.host, [(m, d, n) for m, d, n, _t, _v in batch.samples]
             )
@@ -655,7 +655,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             try:
                 self._insert_events(cur, tid, batch.events)
             except (TypeError, ValueError) as exc:
-                raise StoreError(f"event data must be JSON values: {exc}") from None
+                raise Rejected(f"event data must be JSON values: {exc}") from None
             self._insert_scalars(cur, tid, batch.scalars)
             self._apply_trial_changes(cur, tid, batch)
             if batch.where is not None:
@@ -701,7 +701,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             try:
                 params = json.dumps(batch.params, sort_keys=True, allow_nan=False)
             except (TypeError, ValueError) as exc:
-                raise StoreError(f"trial params must be JSON values: {exc}") from None
+                raise Rejected(f"trial params must be JSON values: {exc}") from None
             self._q(cur, "UPDATE trials SET params = ? WHERE id = ?", (params, tid))
         if batch.pids:
             row = self._q(cur, "SELECT pids FROM trials WHERE id = ?", (tid,)).fetchone()
@@ -743,7 +743,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         try:
             info = json.dumps(merged, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise StoreError(f"where a trial runs must be JSON values: {exc}") from None
+            raise Rejected(f"where a trial runs must be JSON values: {exc}") from None
         self._q(
             cur,
             "INSERT INTO trial_hosts (trial_id, host, info) VALUES (?, ?, ?) "
@@ -896,7 +896,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         count = 0
         for sid, t, v in rows:
             if v is None or not math.isfinite(v) or not math.isfinite(t):
-                raise StoreError(f"sample of series {sid} at t={t} is not a finite number: {v}")
+                raise Rejected(f"sample of series {sid} at t={t} is not a finite number: {v}")
             by_series[_sql_int(int(sid))].append((t, v))
             count += 1
         if not count:
@@ -1261,7 +1261,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             with self._tx(write=True) as cur:
                 return sum(self._insert_events(cur, tid, rows) for tid, rows in by_trial.items())
         except (TypeError, ValueError) as exc:
-            raise StoreError(f"event data must be JSON values: {exc}") from None
+            raise Rejected(f"event data must be JSON values: {exc}") from None
 
     def _event_where(
         self, cur: Any, trial_id: int, start: float, end: float, kinds: Sequence[str] | None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tunescope.errors import NotFound, SchemaError, StoreError, StoreUnavailable
+from tunescope.errors import NotFound, Rejected, SchemaError, StoreError, StoreUnavailable
 from tunescope.store._sql import Dialect, SQLStore
 from tunescope.store._url import sqlite_url
 
@@ -39,6 +39,10 @@ BUSY_TIMEOUT_S = 5.0
 """How long a call waits for a lock another process holds before StoreUnavailable."""
 
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+_WAIT_CODES = (7, 8, 10, 13, 14, 15)
+"""SQLITE_NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL: waiting may cure them."""
+_CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+_PROOF_CODES = (18, 20)  # SQLITE_TOOBIG, SQLITE_MISMATCH: the value itself is wrong
 
 
 class SQLiteStore(SQLStore):
@@ -131,21 +135,37 @@ class SQLiteStore(SQLStore):
 
     @staticmethod
     def _translate_static(exc: Exception, url: str) -> StoreError:
+        """The StoreError of a sqlite3 exception, by its primary result code (the message
+        where the driver gives none): what waiting may cure (busy, locked, out of memory,
+        read-only, I/O error, full, cannot open, protocol) is StoreUnavailable; a value SQLite
+        cannot hold (too big, a mismatched type) is Rejected; a file that is not a database
+        or is corrupt is SchemaError; the rest StoreError."""
         msg = str(exc)
-        if isinstance(exc, sqlite3.OperationalError) and _busy(exc):
+        code = getattr(exc, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        if (primary is None and _busy(exc)) or primary in _BUSY_CODES:
             return StoreUnavailable(f"{url} is locked by another process ({msg})")
-        if isinstance(exc, sqlite3.DatabaseError) and (
-            "not a database" in msg or "malformed" in msg or "corrupt" in msg
+        if primary in _CORRUPT_CODES or (
+            primary is None
+            and isinstance(exc, sqlite3.DatabaseError)
+            and ("not a database" in msg or "malformed" in msg or "corrupt" in msg)
         ):
             return SchemaError(f"{url} is not a tunescope database or is corrupt ({msg})")
+        if primary in _WAIT_CODES or (
+            primary is None
+            and (
+                "readonly" in msg
+                or "read-only" in msg
+                or "disk I/O" in msg
+                or "unable to open" in msg
+                or "full" in msg
+            )
+        ):
+            return StoreUnavailable(f"{url} cannot be written now ({msg})")
+        if primary in _PROOF_CODES or isinstance(exc, sqlite3.DataError):
+            return Rejected(f"{url}: a value SQLite cannot hold ({msg})")
         if isinstance(exc, sqlite3.IntegrityError):
             return StoreError(f"{url}: constraint failed ({msg})")
-        if "readonly" in msg or "read-only" in msg:
-            return StoreError(f"{url} is read-only ({msg})")
-        if isinstance(exc, sqlite3.OperationalError) and (
-            "disk I/O" in msg or "unable to open" in msg or "full" in msg
-        ):
-            return StoreUnavailable(f"{url}: {msg}")
         return StoreError(f"{url}: {msg}")
 
     def _translate(self, exc: Exception) -> StoreError | None:

@@ -3,16 +3,31 @@
 
 A producer :meth:`Writer.put`\\ s batches and goes on: ``put`` never blocks and never raises. A
 thread of the writer's own sends them, in order, through :meth:`Store.write` (so each lands
-exactly once, whatever is retried). The policy for a batch that fails is :func:`keeps`:
+exactly once, whatever is retried). What happens to a batch that fails is decided by
+:func:`~tunescope.store._spool.classify`, the one policy of every writer:
 
-* **unavailable** (a lost connection, a lock, a stopped server; or a trial not created yet):
-  the batch is kept and sent again after a back-off (0.1 s doubling to 1 s). While the store
-  stays away, batches wait in memory until they hold :data:`MEMORY_ITEMS` items or the oldest
-  has waited :data:`SPILL_AFTER_S` seconds; then everything waiting goes to this writer's
-  spool file (``store/_spool.py``), and is sent from there, oldest first, once the store is
-  back.
-* **rejected** (the store refuses the batch itself): it is set aside in the spool folder's
-  ``rejected/`` and never retried; one warning says so.
+* **retry** (everything not proven wrong: a lost connection, a lock, a stopped, read-only or
+  full database, 5xx/429, a timeout, a trial not created yet, a bug of ours): the batch is
+  kept and sent again after a back-off (0.1 s doubling to 1 s). While the store stays away,
+  batches wait in memory until they hold :data:`MEMORY_ITEMS` items or the oldest has waited
+  :data:`SPILL_AFTER_S` seconds; then everything waiting goes to this writer's spool file
+  (``store/_spool.py``), and is sent from there, oldest first, once the store is back. A
+  store that answers NotFound for the writer's own trial (a team server restarted on another
+  database) gets the trial's spec again with the next attempt, so the trial is re-created.
+* **refused** (the server refuses the token: 401/403): the writer stops sending, moves what it
+  holds to the spool, leaves a note there (``tunescope runs`` shows it) and sends nothing more;
+  ``tunescope sync`` writes the spool once the token is fixed.
+* **rejected** (the store proves the batch itself wrong): it is set aside in the spool
+  folder's ``rejected/`` and never retried; one warning says so.
+
+Every spool append is checked (``SpoolFile.append``): when the spool cannot be written (a full
+or read-only disk), the batches stay in memory (up to :data:`HARD_ITEMS`), one warning says so,
+and the spool is tried again every :data:`SPOOL_RETRY_S`. Appended frames are fsynced right
+after, outside the lock (:data:`~tunescope.store._spool.FSYNC_EVERY_S` at most).
+
+No step kills the writer's thread: an exception anywhere in its loop (a bug of ours, a disk
+that fails under the spool or ``rejected/``) is logged once and the loop goes on; the batch
+it was sending is kept and sent again.
 
 :meth:`Writer.close` gives the store until a deadline to take what is left, then moves the rest
 to the spool and releases the file, so that another process (the sampler, which outlives the
@@ -35,12 +50,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tunescope._once import Once
-from tunescope.errors import StoreError
+from tunescope.errors import NotFound, StoreError
 from tunescope.store._batch import Batch, TrialSpec
 from tunescope.store._contract import Store
 from tunescope.store._model import TrialInfo
 from tunescope.store._open import open_store
-from tunescope.store._spool import SpoolFile, keeps, set_aside, spool_dir
+from tunescope.store._spool import (
+    FSYNC_EVERY_S,
+    SpoolFile,
+    classify,
+    clear_refused,
+    note_refused,
+    read_frame,
+    set_aside,
+    spool_dir,
+)
 from tunescope.store._url import display
 
 __all__ = ["MEMORY_ITEMS", "SPILL_AFTER_S", "Writer"]
@@ -58,12 +82,16 @@ beyond it the oldest are dropped, counted and logged."""
 
 BACKOFF_MAX_S = 1.0
 
+SPOOL_RETRY_S = 1.0
+"""Seconds between attempts at a spool that could not be written."""
+
 
 class Writer:
     """Writes one producer's batches to the store at ``url`` (see the module doc).
 
     ``spec``: the trial the batches belong to, attached to every batch until one has landed
-    (whichever lands first creates the trial). ``store_factory`` opens the store (default
+    (whichever lands first creates the trial), and again after the store answered NotFound
+    for the trial. ``store_factory`` opens the store (default
     :func:`tunescope.store.open_store`); ``spool_root`` overrides the spool folder's root.
     """
 
@@ -103,6 +131,9 @@ class Writer:
         self._deadline = float("inf")
         self._abandoned = False
         self._unavailable_since: float | None = None
+        self._spool_retry_at = 0.0
+        self.refused: str | None = None
+        """Why the store refused this writer's token (it sends nothing more), or None."""
         self.trial_id: int | None = None
         """The store's id of the trial, once a batch has landed."""
         self.trial: TrialInfo | None = None
@@ -128,7 +159,8 @@ class Writer:
                         "tunescope: a batch came after %s was closed; it is spooled",
                         self.name,
                     )
-                    self._spill_now([batch])
+                    if not self._spill_now([batch], force=True):
+                        self._lost([batch], "it came after the writer was closed")
                     if not self._thread.is_alive():
                         self._release_spool()
                     return
@@ -174,10 +206,11 @@ class Writer:
             with self._cond:
                 if not self._abandoned:
                     self._abandoned = True
-                    self._spill_now([b for _t, b in self._queue])
-                    self._queue.clear()
-                    self._queued_items = 0
+                    self._spool_retry_at = 0.0
+                    if not self._spill_queue():
+                        self._lost([b for _t, b in self._queue], "the writer was closed")
                     self._release_spool()
+            self._sync_spool()
             return False
         with self._cond:
             return self._idle() and not self.left_in_spool
@@ -196,20 +229,18 @@ class Writer:
         held."""
         spool = self._spool
         while spool is not None and spool.unread():
-            frame = next(spool.frames(), None)
-            if frame is None:  # a frame cut short (a disk that filled up): keep it aside
-                set_aside(spool_dir(self.url, self._root), "damaged", spool.damaged_tail())
-                spool.reset()
-                break
-            batch, end = frame
-            if batch is not None and batch.id in self._rejected_ids:
-                spool.read_at = end  # set aside already, while this copy was spooled
+            frame = next(spool.frames())
+            batch = frame.batch
+            if batch is None:  # damaged bytes (a crash, a disk error): keep them aside
+                self.rejected += 1
+                folder = spool_dir(self.url, self._root)
+                set_aside(folder, "damaged", read_frame(spool, frame))
+                self._advance(frame.end, None)
                 continue
-            if batch is not None:
-                return batch, end
-            self.rejected += 1
-            set_aside(spool_dir(self.url, self._root), "unreadable", b"")
-            spool.read_at = end
+            if batch.id in self._rejected_ids:
+                self._advance(frame.end, None)  # set aside already, while this copy was spooled
+                continue
+            return batch, frame.end
         if self._queue:
             return self._queue[0][1], None
         return None, None
@@ -218,142 +249,211 @@ class Writer:
         backoff = 0.0
         try:
             while True:
-                self._sync_spool()
-                with self._cond:
-                    if self._abandoned:
-                        return
-                    if (
-                        self._closing
-                        and self._unavailable_since is not None
-                        and time.monotonic() >= self._deadline
-                    ):  # closing, the store away, the time up: no attempt that could block
-                        self._spill_queue()
-                        return
-                    batch, offset = self._next()
-                    if batch is None:
-                        self._cond.notify_all()  # flush() waits for this
-                        if self._closing:
-                            return
-                        self._cond.wait()
-                        continue
-                    self._busy = True
-                    self._busy_since = time.monotonic()
-                    batch = self._with_spec(batch)
                 try:
-                    outcome = self._send(batch)
-                except Exception as exc:  # a bug of ours: set this batch aside, go on
+                    done, backoff = self._step(backoff)
+                except Exception as exc:  # a bug of ours, a failing disk: the loop goes on
                     self._log(
                         f"bug:{self.name}",
-                        "tunescope: %s failed on a batch (%s: %s); it is set aside",
+                        "tunescope: %s failed (%s: %s); it keeps its data and goes on",
                         self.name,
                         type(exc).__name__,
                         exc,
                     )
-                    self._set_aside(batch)
-                    outcome = "rejected"
-                with self._cond:
-                    self._busy = False
-                    self._busy_since = None
-                    if outcome == "rejected":
-                        self._rejected_ids.add(batch.id)
-                    if self._abandoned:
-                        return
-                    if outcome != "keep":
-                        self._advance(offset, batch)
-                        if outcome == "ok":
-                            self.written += 1
-                        backoff = 0.0
-                        if outcome == "ok" and self._unavailable_since is not None:
-                            self._unavailable_since = None
-                            self._log.forget(f"down:{self.name}")
-                        continue
-                    backoff = min(BACKOFF_MAX_S, max(0.1, backoff * 2))
-                    now = time.monotonic()
-                    if self._unavailable_since is None:
-                        self._unavailable_since = now
-                    if self._closing and now >= self._deadline:
-                        self._spill_queue()
-                        return
-                    if self._queue and (
-                        self._queued_items > self.memory_items
-                        or now - self._queue[0][0] > self.spill_after
-                    ):
-                        self._spill_queue()
-                    wait = backoff
-                    if self._closing:
-                        wait = min(wait, max(0.0, self._deadline - now))
-                    self._cond.wait(wait)
-        except Exception as exc:  # a bug of ours: keep what is queued
-            self._log(
-                f"bug:{self.name}",
-                "tunescope: %s failed (%s: %s)",
-                self.name,
-                type(exc).__name__,
-                exc,
-            )
-            with self._cond:
-                self._spill_queue()
+                    with self._cond:
+                        self._busy = False
+                        self._busy_since = None
+                        if self._abandoned:
+                            return
+                        now = time.monotonic()
+                        if self._closing and now >= self._deadline:
+                            self._spill_queue()
+                            return
+                        backoff = min(BACKOFF_MAX_S, max(0.1, backoff * 2))
+                        wait = backoff
+                        if self._closing:
+                            wait = min(wait, max(0.0, self._deadline - now))
+                        self._cond.wait(wait)
+                    continue
+                if done:
+                    return
         finally:
-            with self._cond:
+            with contextlib.suppress(Exception), self._cond:
                 self._busy = False
                 if not self._abandoned:
                     if self._closing:
-                        self._spill_queue()
+                        self._spool_retry_at = 0.0
+                        if not self._spill_queue():
+                            self._lost([b for _t, b in self._queue], "the writer was closed")
                     self._release_spool()
                 self._cond.notify_all()
-            self._sync_spool()
+            with contextlib.suppress(Exception):
+                self._sync_spool()
             store, self._store = self._store, None
             if store is not None:
                 with contextlib.suppress(Exception):
                     store.close()
 
+    def _step(self, backoff: float) -> tuple[bool, float]:
+        """One turn of the loop: send one batch (or wait). (whether the thread is done, the
+        back-off now)."""
+        self._sync_spool()
+        with self._cond:
+            if self._abandoned:
+                return True, backoff
+            if (
+                self._closing
+                and self._unavailable_since is not None
+                and time.monotonic() >= self._deadline
+            ):  # closing, the store away, the time up: no attempt that could block
+                self._spill_queue()
+                return True, backoff
+            if self.refused is not None:  # the token was refused: spool, never send
+                if self._queue:
+                    self._spill_queue()
+                if self._closing:
+                    return True, backoff
+                self._cond.wait(SPOOL_RETRY_S if self._queue else FSYNC_EVERY_S)
+                return False, backoff
+            batch, offset = self._next()
+            if batch is None:
+                self._cond.notify_all()  # flush() waits for this
+                if self._closing:
+                    return True, backoff
+                self._cond.wait(FSYNC_EVERY_S if self._unsynced is not None else None)
+                return False, backoff
+            self._busy = True
+            self._busy_since = time.monotonic()
+            queued = batch  # what the queue holds (the spec may be attached to what is sent)
+            batch = self._with_spec(batch)
+        outcome = self._send(batch)
+        with self._cond:
+            self._busy = False
+            self._busy_since = None
+            if outcome == "rejected":
+                self._rejected_ids.add(batch.id)
+            if self._abandoned:
+                return True, backoff
+            if outcome in ("ok", "rejected"):
+                self._advance(offset, queued)
+                if outcome == "ok":
+                    self.written += 1
+                if outcome == "ok" and self._unavailable_since is not None:
+                    self._unavailable_since = None
+                    self._log.forget(f"down:{self.name}")
+                return False, 0.0
+            if outcome == "refused":
+                self._spill_queue()
+                return False, 0.0
+            backoff = min(BACKOFF_MAX_S, max(0.1, backoff * 2))
+            now = time.monotonic()
+            if self._unavailable_since is None:
+                self._unavailable_since = now
+            if self._closing and now >= self._deadline:
+                self._spill_queue()
+                return True, backoff
+            if self._queue and (
+                self._queued_items > self.memory_items or now - self._queue[0][0] > self.spill_after
+            ):
+                self._spill_queue()
+            wait = backoff
+            if self._closing:
+                wait = min(wait, max(0.0, self._deadline - now))
+            self._cond.wait(wait)
+            return False, backoff
+
     def _send(self, batch: Batch) -> str:
-        """'ok', 'keep' or 'rejected'."""
+        """'ok', 'keep', 'refused' or 'rejected' (see the module doc)."""
         try:
             if self._store is None:
                 self._store = (self._factory or open_store)(self.url)
             tid = self._store.write(batch)
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, StoreError) and keeps(exc):
+            verdict = classify(exc)
+            folder = spool_dir(self.url, self._root)
+            if verdict == "rejected":
+                self._set_aside(batch)
                 self._log(
-                    f"down:{self.name}",
-                    "tunescope: store %s is unavailable (%s); %s keeps its data (in memory, "
-                    "then in the spool %s) and retries",
+                    f"reject:{self.name}:{type(exc).__name__}",
+                    "tunescope: store %s rejected a batch of %s (%s: %s); it is kept in %s",
+                    self.shown,
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                    folder / "rejected",
+                )
+                return "rejected"
+            if verdict == "refused":
+                with self._cond:
+                    self.refused = str(exc)
+                note_refused(folder, str(exc))
+                self._log(
+                    f"refused:{self.name}",
+                    "tunescope: store %s refused the token (%s); %s stops sending and keeps "
+                    "its data in the spool %s: fix the token, then run `tunescope sync`",
                     self.shown,
                     exc,
                     self.name,
-                    spool_dir(self.url, self._root),
+                    folder,
                 )
-                return "keep"
-            self._set_aside(batch)
+                return "refused"
+            if (
+                isinstance(exc, NotFound)
+                and self.spec is not None
+                and batch.trial == self.spec.key
+                and self.trial_id is not None
+            ):  # the store lost the trial (a server on another database): create it again
+                self.trial_id = None
+            elif not isinstance(exc, NotFound) and not self._is_store_error(exc):
+                self._drop_store()  # a bug of ours: the next attempt starts afresh
             self._log(
-                f"reject:{self.name}:{type(exc).__name__}",
-                "tunescope: store %s rejected a batch of %s (%s: %s); it is kept in %s",
+                f"down:{self.name}",
+                "tunescope: store %s is unavailable (%s); %s keeps its data (in memory, "
+                "then in the spool %s) and retries",
                 self.shown,
-                self.name,
-                type(exc).__name__,
                 exc,
-                spool_dir(self.url, self._root) / "rejected",
+                self.name,
+                folder,
             )
-            return "rejected"
+            return "keep"
+        first = self.trial_id is None and self.refused is None
         self.trial_id = tid
+        if first:
+            clear_refused(spool_dir(self.url, self._root))
         if self.trial is None:
-            try:
+            with contextlib.suppress(Exception):  # known next time
                 self.trial = self._store.trial_by_key(batch.trial)
-            except StoreError:
-                pass  # known next time
         return "ok"
 
+    @staticmethod
+    def _is_store_error(exc: BaseException) -> bool:
+        return isinstance(exc, StoreError)
+
+    def _drop_store(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
+
     def _set_aside(self, batch: Batch) -> None:
-        """Keep a rejected batch in the spool folder's ``rejected/`` (never retried)."""
+        """Keep a rejected batch in the spool folder's ``rejected/`` (never retried). A disk
+        that cannot take the copy costs the copy only (one warning)."""
         with self._cond:
             self.rejected += 1
         try:
-            data = batch.to_json()
-        except ValueError:  # not JSON-able (a NaN in event data): keep what can be shown
-            data = repr(batch).encode()
-        set_aside(spool_dir(self.url, self._root), "rejected", data)
+            try:
+                data = batch.to_json()
+            except ValueError:  # not JSON-able (a NaN in event data): keep what can be shown
+                data = repr(batch).encode()
+            set_aside(spool_dir(self.url, self._root), "rejected", data)
+        except Exception as exc:
+            self._log(
+                f"aside:{self.name}",
+                "tunescope: %s could not keep a rejected batch in %s (%s)",
+                self.name,
+                spool_dir(self.url, self._root) / "rejected",
+                exc,
+            )
 
     def _with_spec(self, batch: Batch) -> Batch:
         """The batch with the trial's spec attached while the trial may not exist yet."""
@@ -362,7 +462,7 @@ class Writer:
             return batch
         return batch.with_spec(spec) if batch.trial == spec.key else batch
 
-    def _advance(self, offset: int | None, batch: Batch) -> None:
+    def _advance(self, offset: int | None, batch: Batch | None) -> None:
         """Forget a batch that landed (or was set aside). A batch from the queue may have been
         spooled while it was being sent (see :meth:`put`): then the queue no longer holds it,
         and its spooled copy is a duplicate the store recognises. Lock held."""
@@ -371,39 +471,51 @@ class Writer:
             self._spool.read_at = offset
             if not self._spool.unread():
                 self._spool.reset()
-        elif self._queue and self._queue[0][1] is batch:
+        elif batch is not None and self._queue and self._queue[0][1] is batch:
             self._queue.popleft()
             self._queued_items -= batch.size()
 
-    def _spill_queue(self) -> None:
-        """Move every queued batch to the spool file. Lock held."""
-        if self._queue and self._spill_now([b for _t, b in self._queue]):
+    def _spill_queue(self) -> bool:
+        """Move every queued batch to the spool file; False when the spool cannot take them
+        (they stay queued). Lock held."""
+        if not self._queue:
+            return True
+        if self._spill_now([b for _t, b in self._queue]):
             self._queue.clear()
             self._queued_items = 0
+            return True
+        return False
 
-    def _spill_now(self, batches: list[Batch]) -> bool:
+    def _spill_now(self, batches: list[Batch], force: bool = False) -> bool:
         """Append ``batches`` to this writer's spool file (created on first use). Lock held.
-        False (and a warning) when the spool cannot be written: the batches stay in memory,
-        up to :data:`HARD_ITEMS`."""
+        False when the spool cannot be written now (one warning; tried again after
+        :data:`SPOOL_RETRY_S`, or at once with ``force``): the batches are the caller's to
+        keep, and the queue is cut to :data:`HARD_ITEMS`."""
         if not batches:
             return True
+        now = time.monotonic()
+        if not force and now < self._spool_retry_at:
+            self._cut_queue()
+            return False
         batches = [self._with_spec(b) for b in batches]
         try:
             if self._spool is None:
                 self._spool = SpoolFile.create(self.url, self._root)
             self._spool.append(batches)
         except Exception as exc:
+            self._spool_retry_at = now + SPOOL_RETRY_S
             self._log(
                 f"spool:{self.name}",
-                "tunescope: cannot write the spool for %s (%s); keeping data in memory",
-                self.shown,
+                "tunescope: the spool %s cannot be written (%s: the disk is full or "
+                "read-only?); %s keeps its data in memory (up to %d items) and tries again",
+                spool_dir(self.url, self._root),
                 exc,
+                self.name,
+                HARD_ITEMS,
             )
-            while self._queued_items > HARD_ITEMS and self._queue:
-                _t, old = self._queue.popleft()
-                self._queued_items -= old.size()
-                self.dropped += old.size()
+            self._cut_queue()
             return False
+        self._log.forget(f"spool:{self.name}")
         self.spooled += len(batches)
         self._unsynced = self._spool
         self._log(
@@ -416,6 +528,34 @@ class Writer:
             level=logging.INFO,
         )
         return True
+
+    def _cut_queue(self) -> None:
+        """Neither the store nor the spool takes anything: drop the oldest beyond
+        :data:`HARD_ITEMS` (counted, one warning). Lock held."""
+        lost: list[Batch] = []
+        while self._queued_items > HARD_ITEMS and len(self._queue) > 1:
+            _t, old = self._queue.popleft()
+            self._queued_items -= old.size()
+            lost.append(old)
+        if lost:
+            self._lost(lost, f"more than {HARD_ITEMS} items waited in memory")
+
+    def _lost(self, batches: list[Batch], why: str) -> None:
+        """Batches neither the store nor the spool could take: count them, say so once."""
+        items = sum(b.size() for b in batches)
+        if not items and not batches:
+            return
+        self.dropped += items
+        self._log(
+            f"lost:{self.name}",
+            "tunescope: %s could not keep %d batch(es) (%d items): the store and the spool %s "
+            "are both unusable and %s",
+            self.name,
+            len(batches),
+            items,
+            spool_dir(self.url, self._root),
+            why,
+        )
 
     def _sync_spool(self) -> None:
         """fsync what was spilled, holding no lock (a busy disk may take seconds)."""

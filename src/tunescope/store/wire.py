@@ -29,6 +29,7 @@ from tunescope.errors import (
     Conflict,
     CorruptData,
     NotFound,
+    Rejected,
     SchemaError,
     StoreError,
     StoreUnavailable,
@@ -78,6 +79,7 @@ CODES: dict[str, type[Exception]] = {
     "unauthorized": AccessDenied,
     "forbidden": AccessDenied,
     "too_many_attempts": StoreUnavailable,
+    "rejected": Rejected,
     "invalid": ValueError,
 }
 """Error code -> the exception an HTTP store raises for it (``invalid``: a bad argument, as
@@ -87,6 +89,7 @@ _STATUS: list[tuple[type[StoreError], int, str]] = [
     (StoreUnavailable, 503, "store_unavailable"),
     (NotFound, 404, "not_found"),
     (Conflict, 409, "conflict"),
+    (Rejected, 422, "rejected"),
     (CorruptData, 500, "corrupt_data"),
     (SchemaError, 500, "schema_error"),
     (AccessDenied, 403, "forbidden"),

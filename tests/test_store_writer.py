@@ -6,11 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fault_helpers import SqliteLock, wait_for
-from tunescope.store import Batch, TrialSpec, new_key, open_store
+from tunescope.errors import Rejected, StoreUnavailable
+from tunescope.store import Batch, Store, TrialInfo, TrialSpec, new_key, open_store
 from tunescope.store._spool import SpoolFile, pending, replay, spool_dir
 from tunescope.store._writer import Writer
 
@@ -208,3 +210,178 @@ def test_put_after_close_goes_to_the_spool(sqlite_url: str, tmp_path: Path, n: i
     with open_store(sqlite_url) as st:
         assert replay(sqlite_url, st.write, root=root).written == n
     assert stored(sqlite_url, sp.key)[1] == n
+
+
+# ---------------------------------------------------------------------- issue 18, rules 2, 3, 8, 9
+class Flaky:
+    """The real store, with faults injected: ``errors`` raised by write in turn, and every
+    write of a batch whose id is in ``wrong`` rejected (as a store rejects what is wrong)."""
+
+    def __init__(self, real: Store, errors: list[BaseException] | None = None) -> None:
+        self.real = real
+        self.errors = list(errors or [])
+        self.wrong: set[str] = set()
+        self.calls = 0
+
+    def write(self, b: Batch) -> int:
+        self.calls += 1
+        if b.id in self.wrong:
+            raise Rejected(f"batch {b.id} is wrong")
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.real.write(b)
+
+    def trial_by_key(self, key: str) -> TrialInfo:
+        return self.real.trial_by_key(key)
+
+    def close(self) -> None:
+        pass
+
+
+def _batch_ids(url: str, key: str) -> list[str]:
+    from tunescope.store._sql import SQLStore
+
+    with open_store(url, create=False) as st:
+        assert isinstance(st, SQLStore)
+        tid = st.trial_by_key(key).id
+        with st._tx() as cur:
+            return [r[0] for r in st._q(cur, "SELECT id FROM batches WHERE trial_id = ?", (tid,))]
+
+
+@pytest.mark.parametrize(
+    "step", ["set-aside", "spool append", "spool read", "store write", "fsync"]
+)
+def test_no_step_kills_the_writer_thread(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """Rule 3: an exception at each step of the writer's loop is logged once and the loop goes
+    on; everything not proven wrong lands, once."""
+    import tunescope.store._writer as writer_mod
+
+    real = open_store(sqlite_url)
+    sp = spec()
+    down = [StoreUnavailable("away")] * 3  # so that batches are spooled, then read back
+    store = Flaky(real, down if step in ("spool append", "spool read", "fsync") else [])
+    boom = {"n": 0}
+
+    def once(fn: Any) -> Any:
+        def inner(*a: Any, **k: Any) -> Any:
+            if boom["n"] == 0:
+                boom["n"] += 1
+                raise RuntimeError(f"injected at {step}")
+            return fn(*a, **k)
+
+        return inner
+
+    if step == "set-aside":
+        monkeypatch.setattr(writer_mod, "set_aside", once(writer_mod.set_aside))
+    elif step == "spool append":
+        monkeypatch.setattr(SpoolFile, "append", once(SpoolFile.append))
+    elif step == "spool read":
+        monkeypatch.setattr(SpoolFile, "frames", once(SpoolFile.frames))
+    elif step == "fsync":
+        monkeypatch.setattr(SpoolFile, "sync", once(SpoolFile.sync))
+    else:
+        store.errors = [RuntimeError("injected at store write")]
+    w = Writer(
+        sqlite_url,
+        spec=sp,
+        spool_root=tmp_path / "spool",
+        spill_after=0.0,
+        store_factory=lambda u: store,  # type: ignore[arg-type,return-value]
+    )
+    batches = [batch(sp, i) for i in range(12)]
+    store.wrong = {batches[5].id} if step == "set-aside" else set()
+    for i, b in enumerate(batches):
+        w.put(b)
+        if i % 4 == 3:
+            time.sleep(0.15)
+    assert w.flush(30), (step, w, boom)
+    assert w._thread.is_alive()
+    assert w.close(5)
+    assert boom["n"] == 1 or step == "store write"
+    want = [float(i) for i in range(12) if batches[i].id not in store.wrong]
+    samples, _events = stored(sqlite_url, sp.key)
+    assert samples == want
+    ids = _batch_ids(sqlite_url, sp.key)
+    assert len(ids) == len(set(ids)) == len(want)
+    assert w.rejected == len(store.wrong)
+    real.close()
+
+
+class FullDisk:
+    """The unbuffered file of a disk that fills up: the first write takes 10 bytes, the next
+    ones 0, and none raises (what write(2) does on a full disk)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.took = 0
+
+    def write(self, data: Any) -> int:
+        n = 0 if self.took else self.f.write(bytes(data)[:10])
+        self.took += n
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.f, name)
+
+
+def test_a_short_append_is_cut_back_and_raises(sqlite_url: str, tmp_path: Path) -> None:
+    sp = spec()
+    f = SpoolFile.create(sqlite_url, tmp_path / "spool")
+    f.append([batch(sp, 0)])
+    size = f.path.stat().st_size
+    real = f._f
+    f._f = FullDisk(real)  # type: ignore[assignment]
+    with pytest.raises(OSError, match="No space left"):
+        f.append([batch(sp, 1), batch(sp, 2)])
+    f._f = real
+    assert f.size == size == f.path.stat().st_size  # no half frame left behind
+    (only,) = f.frames()
+    assert only.batch is not None and only.batch.samples == batch(sp, 0).samples
+    f.close()
+
+
+def test_a_full_spool_keeps_batches_in_memory_and_says_so_once(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """Rule 2: an append that writes short (a full disk does that to an unbuffered write,
+    without raising) is not "spooled": the batches stay in memory, one warning says the
+    spool cannot be written, and they land once the store is back."""
+    real = open_store(sqlite_url)
+    sp = spec()
+    store = Flaky(real, [StoreUnavailable("away")] * 12)
+    append = SpoolFile.append
+
+    def full_append(self: SpoolFile, batches: list[Batch]) -> None:
+        kept, self._f = self._f, FullDisk(self._f)  # type: ignore[assignment]
+        try:
+            append(self, batches)
+        finally:
+            self._f = kept
+
+    monkeypatch.setattr(SpoolFile, "append", full_append)
+    w = Writer(
+        sqlite_url,
+        spec=sp,
+        spool_root=tmp_path / "spool",
+        spill_after=0.0,
+        store_factory=lambda u: store,  # type: ignore[arg-type,return-value]
+    )
+    with caplog.at_level("WARNING", logger="tunescope.store"):
+        for i in range(10):
+            w.put(batch(sp, i))
+            time.sleep(0.1)
+        assert wait_for(lambda: store.calls >= 4, 10)
+    said = [r.getMessage() for r in caplog.records if "cannot be written" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "keeps its data in memory" in said[0]
+    assert w.spooled == 0 and w.dropped == 0 and len(w._queue) > 0
+    path = w.spool_path
+    assert path is None or path.stat().st_size == len(path.read_bytes().split(b"\n")[0]) + 1
+    monkeypatch.undo()
+    assert w.flush(30) and w.close(5)
+    assert stored(sqlite_url, sp.key)[0] == [float(i) for i in range(10)]
+    ids = _batch_ids(sqlite_url, sp.key)
+    assert len(ids) == len(set(ids)) == 10
+    real.close()

@@ -3,6 +3,7 @@ the producer is never held."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from fault_helpers import SqliteLock, wait_for
+from http_helpers import Server, make_token
 from tunescope.errors import Rejected, StoreUnavailable
 from tunescope.store import Batch, Store, TrialInfo, TrialSpec, new_key, open_store
 from tunescope.store._spool import SpoolFile, pending, replay, spool_dir
@@ -385,3 +387,81 @@ def test_a_full_spool_keeps_batches_in_memory_and_says_so_once(
     ids = _batch_ids(sqlite_url, sp.key)
     assert len(ids) == len(set(ids)) == 10
     real.close()
+
+
+def test_a_refused_token_stops_sending_and_keeps_everything_in_the_spool(
+    http_server: Server, spool: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 9 (writer side): a 401 stops the writer: no request after the refusal, every
+    batch in the spool (none dropped, none rejected), a note for `tunescope runs`; once the
+    token is right, `sync` writes them all and the note goes."""
+    from tunescope.cli._sync import spool_note
+    from tunescope.store._spool import REFUSED_NOTE
+
+    project = f"p{new_key()[:10]}"
+    url = http_server.url(project)
+    monkeypatch.setenv("TUNESCOPE_TOKEN", "ts_" + "w" * 43)
+    sp = spec()
+    w = Writer(url, spec=sp)
+    for i in range(5):
+        w.put(batch(sp, i))
+    assert wait_for(lambda: w.refused is not None, 15)
+    assert "refused the token" in str(w.refused)
+    store = w._store
+    assert store is not None
+    sent = store.requests  # type: ignore[attr-defined]
+    for i in range(5, 10):
+        w.put(batch(sp, i))
+        time.sleep(0.2)
+    assert store.requests == sent  # type: ignore[attr-defined]  # no retry loop
+    assert w.close(2) is False and w.left_in_spool
+    assert (w.rejected, w.dropped, w.written) == (0, 0, 0)
+    assert (spool_dir(url) / REFUSED_NOTE).exists()
+    note = spool_note(url)
+    assert note is not None and "refused the token" in note and "tunescope sync" in note
+    monkeypatch.setenv("TUNESCOPE_TOKEN", make_token(http_server.db_url, project))
+    with open_store(url) as st:
+        stats = replay(url, st.write)
+        assert (stats.written, stats.rejected, stats.kept) == (10, 0, 0)
+        tid = st.trial_by_key(sp.key).id
+        (s,) = st.list_series(tid, "cpu.util")
+        assert st.read_samples(s.id)[1].tolist() == [float(i) for i in range(10)]
+    assert not (spool_dir(url) / REFUSED_NOTE).exists() and spool_note(url) is None
+
+
+def test_a_server_restarted_on_another_database_gets_the_trial_again(tmp_path: Path) -> None:
+    """Rule 8: the team server comes back on another database (the trial unknown to it): the
+    writer sends the trial's spec again on NotFound, the trial is re-created there, and every
+    batch lands (on one database or the other), once."""
+    import shutil
+
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    open_store(str(a)).close()
+    project = "restarted"
+    token = make_token(str(a), project)
+    shutil.copy(a, b)  # the same token, no trial
+    server = Server(str(a), tmp_path / "a.log").start()
+    sp = spec()
+    env_token = os.environ.get("TUNESCOPE_TOKEN")
+    os.environ["TUNESCOPE_TOKEN"] = token
+    try:
+        w = Writer(server.url(project), spec=sp, spool_root=tmp_path / "spool")
+        for i in range(5):
+            w.put(batch(sp, i))
+        assert w.flush(30) and w.trial_id is not None
+        server.kill()
+        server = Server(str(b), tmp_path / "b.log", port=server.port).start()
+        for i in range(5, 12):
+            w.put(batch(sp, i))
+        assert w.flush(30), w.last_error
+        assert w.close(5) and w.rejected == 0
+    finally:
+        server.stop()
+        if env_token is None:
+            os.environ.pop("TUNESCOPE_TOKEN", None)
+        else:
+            os.environ["TUNESCOPE_TOKEN"] = env_token
+    assert stored(str(a), sp.key)[0] == [float(i) for i in range(5)]
+    assert stored(str(b), sp.key)[0] == [float(i) for i in range(5, 12)]
+    ids_b = _batch_ids(str(b), sp.key)  # the trial re-created there: 7 batches, once each
+    assert len(ids_b) == len(set(ids_b)) == 7

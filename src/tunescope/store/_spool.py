@@ -186,9 +186,17 @@ class SpoolFile:
         path = folder / name
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         f = os.fdopen(fd, "r+b", buffering=0)
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        meta = {"store": redact(url), "pid": os.getpid(), "host": socket.gethostname()}
-        f.write(_MAGIC + json.dumps(meta).encode() + b"\n")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            meta = {"store": redact(url), "pid": os.getpid(), "host": socket.gethostname()}
+            head = _MAGIC + json.dumps(meta).encode() + b"\n"
+            if f.write(head) != len(head):  # a full disk: short, without raising
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            f.close()
+            raise
         return cls(path, f)
 
     @classmethod

@@ -142,7 +142,10 @@ def check_kept(url: str, result: dict[str, Any], seconds: float) -> dict[str, fl
         assert info.end is not None
         span = info.end - info.start
         assert span >= seconds
-        assert len(t) >= 0.98 * span / INTERVAL - 2, (len(t), span)
+        # a lost batch leaves a hole of a second or more; a busy machine (2 cores, shared)
+        # may delay a sample or two, which is no loss
+        assert gaps(t) < 1.5, [round(x - info.start, 2) for x in t]
+        assert len(t) >= 0.9 * span / INTERVAL - 2, (len(t), span)
         assert len(t) == len(set(t))
         ids = batch_ids(st, info.id)
         assert len(ids) == len(set(ids))
@@ -196,7 +199,7 @@ def test_postgres_turning_read_only_mid_trial_loses_nothing(
         cluster.configure(default_transaction_read_only="off")
     result = finish_training(p)
     figures = check_kept(pg, result, SECONDS)
-    assert figures["gap"] < 1.5, figures
+    assert "read-only" in str(result["stderr"])  # the fault did hit the SDK's writes
     assert "rejected" not in str(result["stderr"])
     print("read-only:", figures)
 
@@ -252,6 +255,7 @@ def test_sqlite_store_on_a_full_disk_loses_nothing() -> None:
             ballast.free()
         result = finish_training(p)
         figures = check_kept(url, result, SECONDS)
+        assert "cannot be written now" in str(result["stderr"])  # the fault did hit
         assert "rejected" not in str(result["stderr"])
         print("sqlite disk full:", figures)
 

@@ -13,7 +13,7 @@ import pytest
 
 import tunescope.record as ts
 from fault_helpers import wait_for
-from tunescope.errors import ConfigError, StoreError, StoreUnavailable
+from tunescope.errors import ConfigError, Rejected, StoreError, StoreUnavailable
 from tunescope.record import _state
 from tunescope.store import Batch, Store, TrialSpec, _writer, new_key, open_store, replay, spool_dir
 
@@ -274,8 +274,8 @@ def test_rejected_batch_is_set_aside_not_retried(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A batch the store refuses while it otherwise works is set aside (one warning), never
-    retried; the batches after it land."""
+    """A batch the store proves wrong (Rejected) while it otherwise works is set aside (one
+    warning), never retried; the batches after it land."""
     refused: list[Batch] = []
 
     def factory(url: str) -> Any:
@@ -285,7 +285,7 @@ def test_rejected_batch_is_set_aside_not_retried(
         def write(batch: Batch) -> int:
             if any(v == 1.0 for _n, _s, _t, v in batch.scalars):
                 refused.append(batch)
-                raise StoreError("constraint failed (test)")
+                raise Rejected("constraint failed (test)")
             return real(batch)
 
         store.write = write  # type: ignore[method-assign]

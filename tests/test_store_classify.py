@@ -50,13 +50,13 @@ def batch(sp: TrialSpec, i: int, **kw: Any) -> Batch:
 # ------------------------------------------------------------------ the one function
 def test_only_proof_sets_a_batch_aside() -> None:
     assert classify(Rejected("sample is not a finite number")) == "rejected"
+    assert classify(Conflict("batch id written before with other content")) == "rejected"
     assert classify(AccessDenied("refused the token")) == "refused"
     waits = [
         StoreUnavailable("down"),
         NotFound("trial not yet"),
         SchemaError("newer version"),
         CorruptData("bad chunk"),  # the store's damage, not the batch's
-        Conflict("a name"),
         StoreError("constraint failed"),
         RuntimeError("a bug of ours"),
         OSError("disk"),
@@ -268,7 +268,7 @@ def _answer(code: str = "", message: str = "") -> dict[str, Any] | None:
     return {"error": {"code": code, "message": message}} if code else None
 
 
-@pytest.mark.parametrize("status", [400, 413, 422])
+@pytest.mark.parametrize("status", [400, 409, 413, 422])
 def test_http_ingest_validation_proves_a_batch_wrong(status: int) -> None:
     c = _client()
     for answer in (_answer("invalid", "events[0].t must be a finite number"), None):

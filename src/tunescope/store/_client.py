@@ -13,8 +13,9 @@ ready). Failures become store errors in one line, the token never in them:
   landed is unknown;
 * 401, 403, a certificate that does not verify: :class:`~tunescope.errors.AccessDenied`
   naming ``$TUNESCOPE_TOKEN`` or ``$TUNESCOPE_CA_BUNDLE``;
-* 400, 413 or 422 to a batch (``/api/v1/ingest``): the ingest's own validation proves the
-  batch wrong: :class:`~tunescope.errors.Rejected` (writers set it aside);
+* 400, 409, 413 or 422 to a batch (``/api/v1/ingest``): the ingest's own validation proves
+  the batch wrong (409: its id was written before with other content):
+  :class:`~tunescope.errors.Rejected` (writers set it aside);
 * any other error answer: the class its code names (``wire.CODES``).
 """
 
@@ -42,7 +43,7 @@ TIMEOUT_S = 15.0
 """Longest a request waits for the server before it raises StoreUnavailable."""
 
 INGEST_PATH = "/api/v1/ingest"
-"""Where batches go: a 400/413/422 answer there is the ingest's proof that the batch is
+"""Where batches go: a 400/409/413/422 answer there is the ingest's proof that the batch is
 wrong."""
 
 IDLE_REUSE_S = 2.0
@@ -184,7 +185,7 @@ class Client:
                 f"{self.url} refused the token in ${TOKEN_ENV}: {message or 'forbidden'}"
             )
         what = f"{self.url} answered HTTP {status}" + (f" ({code})" if code else "")
-        if path == INGEST_PATH and status in (400, 413, 422):
+        if path == INGEST_PATH and status in (400, 409, 413, 422):
             return Rejected(f"{what}: {message}" if message else what)
         exc = error_of(code, f"{self.url}: {message or code}") if code else None
         if (status == 429 or status >= 500) and (exc is None or type(exc) is StoreError):

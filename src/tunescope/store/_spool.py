@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from tunescope.errors import AccessDenied, CorruptData, Rejected, StoreUnavailable
+from tunescope.errors import AccessDenied, Conflict, CorruptData, Rejected, StoreUnavailable
 from tunescope.store._batch import Batch
 from tunescope.store._url import redact
 
@@ -108,10 +108,12 @@ def classify(exc: BaseException) -> Verdict:
     """The one policy every writer (the :class:`~tunescope.store.Writer`, :func:`replay`)
     follows for a batch whose write raised ``exc``:
 
-    * ``"rejected"``: only :class:`~tunescope.errors.Rejected`, the store's proof that the
-      batch itself is wrong (a contract violation it raises on purpose, a value the database
-      cannot hold, an HTTP store's 400/413/422 answer to it). The batch is set aside in
-      ``rejected/`` and never retried.
+    * ``"rejected"``: only the store's proof that the batch itself is wrong:
+      :class:`~tunescope.errors.Rejected` (a contract violation it raises on purpose, a value
+      the database cannot hold, an HTTP store's 400/409/413/422 answer to it) or
+      :class:`~tunescope.errors.Conflict` (a write conflicts only when the batch's id was
+      written before with other content). The batch is set aside in ``rejected/`` and never
+      retried.
     * ``"refused"``: :class:`~tunescope.errors.AccessDenied` (401/403, a certificate that does
       not verify). Retrying cannot help until a person fixes the token: writers stop sending,
       keep the batch in the spool and leave :data:`REFUSED_NOTE`.
@@ -123,7 +125,7 @@ def classify(exc: BaseException) -> Verdict:
 
     Drivers' errors are translated to these classes where they are raised (``_postgres.py``,
     ``_sqlite.py``, ``_client.py``); this function looks at our classes only."""
-    if isinstance(exc, Rejected):
+    if isinstance(exc, (Rejected, Conflict)):
         return "rejected"
     if isinstance(exc, AccessDenied):
         return "refused"

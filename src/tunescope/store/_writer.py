@@ -404,7 +404,7 @@ class Writer:
                 and self.trial_id is not None
             ):  # the store lost the trial (a server on another database): create it again
                 self.trial_id = None
-            elif not isinstance(exc, NotFound) and not self._is_store_error(exc):
+            elif not isinstance(exc, StoreError):
                 self._drop_store()  # a bug of ours: the next attempt starts afresh
             self._log(
                 f"down:{self.name}",
@@ -424,10 +424,6 @@ class Writer:
             with contextlib.suppress(Exception):  # known next time
                 self.trial = self._store.trial_by_key(batch.trial)
         return "ok"
-
-    @staticmethod
-    def _is_store_error(exc: BaseException) -> bool:
-        return isinstance(exc, StoreError)
 
     def _drop_store(self) -> None:
         store, self._store = self._store, None

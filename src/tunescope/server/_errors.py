@@ -12,6 +12,11 @@ lost connection or a lock; the same request may succeed later, as ``Retry-After`
 ``store_error`` (500: the store failed), ``internal`` (500: a bug), ``http_error`` (any other
 status); on a team server ``unauthorized`` (401), ``forbidden`` (403) and
 ``too_many_attempts`` (429), see ``_auth.py``, and ``csrf`` (403, see ``_session.py``).
+
+A team server's errors tell nothing about its database (:func:`store_message`): a 5xx says
+only that the store failed or cannot be reached now (the server's log has the store's words),
+and a 404 or 409 the store raised has its URL taken out. The local viewer (``tunescope ui``,
+which shows its store's URL anyway) is told the store's own message.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from starlette.responses import JSONResponse, Response
 
 from tunescope.errors import NotFound, StoreError, StoreUnavailable
 
-__all__ = ["ApiError", "error_response", "install_error_handlers", "invalid", "not_found"]
+__all__ = [
+    "ApiError",
+    "error_response",
+    "install_error_handlers",
+    "invalid",
+    "not_found",
+    "store_message",
+]
 
 log = logging.getLogger("tunescope.server")
 
@@ -64,6 +76,40 @@ def error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+_STORE_FAILED = {
+    503: "the store cannot be reached now: try again shortly",
+    500: "the store failed: the server's log says why",
+}
+
+
+def store_message(exc: Exception, status: int, url: str | None, detailed: bool) -> str:
+    """What a caller is told of store error ``exc``, answered with ``status``, by a server
+    over the store at ``url``: everything (``detailed``: the local viewer), else nothing
+    about the database: a 5xx names no URL, host or driver text, and a 4xx (an id not
+    found, a conflict: the store's own words about the caller's arguments) has the URL taken
+    out."""
+    if detailed:
+        return str(exc)
+    if status >= 500:
+        return _STORE_FAILED.get(status, _STORE_FAILED[500])
+    message = str(exc)
+    if url:
+        message = message.replace(f" in {url}", "").replace(url, "the store")
+    return message
+
+
+def _detailed(request: Request) -> bool:
+    """Whether the app tells callers the store's own words: the local viewer only."""
+    auth = getattr(request.app.state, "auth", None)
+    return getattr(auth, "mode", "tokens") == "local"
+
+
+def _store_url(request: Request) -> str | None:
+    store = getattr(request.app.state, "store", None)
+    url = getattr(store, "url", None)
+    return url if isinstance(url, str) else None
+
+
 def _validation_message(errors: Any) -> str:
     """One line from FastAPI's validation errors: ``points: Input should be ...; ...``."""
     parts: list[str] = []
@@ -97,23 +143,29 @@ async def _on_http(request: Request, exc: Exception) -> Response:
     return error_response(status, code, message, headers)
 
 
+def _told(request: Request, exc: Exception, status: int) -> str:
+    return store_message(exc, status, _store_url(request), _detailed(request))
+
+
 async def _on_not_found(request: Request, exc: Exception) -> Response:
-    return error_response(404, "not_found", str(exc))
+    return error_response(404, "not_found", _told(request, exc, 404))
 
 
 async def _on_store_unavailable(request: Request, exc: Exception) -> Response:
     log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
-    return error_response(503, "store_unavailable", str(exc), {"Retry-After": "2"})
+    message = _told(request, exc, 503)
+    return error_response(503, "store_unavailable", message, {"Retry-After": "2"})
 
 
 async def _on_store_error(request: Request, exc: Exception) -> Response:
     log.error("store error on %s %s: %s", request.method, request.url.path, exc)
-    return error_response(500, "store_error", str(exc))
+    return error_response(500, "store_error", _told(request, exc, 500))
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return error_response(500, "internal", f"internal error: {type(exc).__name__}")
+    kind = f": {type(exc).__name__}" if _detailed(request) else " (the server's log says why)"
+    return error_response(500, "internal", f"internal error{kind}")
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
+import hashlib
 import itertools
 import json
 import math
@@ -55,6 +57,27 @@ BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 1.0
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def batch_digest(batch: Batch) -> str:
+    """The SHA-256 of what a batch says (its spec aside: a spec only creates the trial, and
+    a resend may carry one the first sending did not), numbers as floats and keys sorted, so
+    a resend of the same batch (from memory, the spool or the wire) has the same digest."""
+
+    def canonical(v: Any) -> Any:
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, dict):
+            return {str(k): canonical(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [canonical(x) for x in v]
+        return v  # not a JSON value: its repr (the write refuses it further on)
+
+    doc = canonical(dataclasses.asdict(batch.with_spec(None)))
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -628,20 +651,30 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
     @retrying
     def write(self, batch: Batch) -> int:
         with self._lock, self._tx(write=True) as cur:
-            row = self._q(cur, "SELECT trial_id FROM batches WHERE id = ?", (batch.id,)).fetchone()
-            if row is not None:
-                return int(row[0])
             tid = self._trial_for(cur, batch.trial, batch.spec)
+            (project_id,) = self._q(
+                cur,
+                "SELECT r.project_id FROM trials t JOIN runs r ON r.id = t.run_id WHERE t.id = ?",
+                (tid,),
+            ).fetchone()
+            digest = batch_digest(batch)
             if (
                 self._q(
                     cur,
-                    "INSERT INTO batches (id, trial_id, t) VALUES (?, ?, ?) "
-                    "ON CONFLICT (id) DO NOTHING",
-                    (batch.id, tid, time.time()),
+                    "INSERT INTO batches (project_id, id, trial_id, digest, t) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, id) DO NOTHING",
+                    (project_id, batch.id, tid, digest, time.time()),
                 ).rowcount
                 == 0
-            ):
-                return tid  # another connection wrote it meanwhile
+            ):  # written before (by this connection or another): a resend, or a conflict
+                was_tid, was = self._q(
+                    cur,
+                    "SELECT trial_id, digest FROM batches WHERE project_id = ? AND id = ?",
+                    (project_id, batch.id),
+                ).fetchone()
+                if was is not None and was != digest:
+                    raise Conflict(f"batch {batch.id!r} was written before with other content")
+                return int(was_tid)
             for metric, _device, _note, t, v in batch.samples:
                 if not (math.isfinite(t) and math.isfinite(v)):
                     raise StoreError(f"sample of {metric} at t={t} is not a finite number: {v}")

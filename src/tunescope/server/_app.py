@@ -28,6 +28,7 @@ from tunescope.errors import ConfigError
 from tunescope.server._auth import Authenticator, Mode, Principal
 from tunescope.server._errors import install_error_handlers
 from tunescope.server._live import Live
+from tunescope.server._openapi import install as install_openapi
 from tunescope.server._prometheus import CONTENT_TYPE, exposition
 from tunescope.server._queries import FindingsCache
 from tunescope.server._routes import api_router, public_router
@@ -166,6 +167,7 @@ def create_app(
         return Response(exposition(live, who.project), media_type=CONTENT_TYPE)
 
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
+    install_openapi(app)
     secure(app, allowed_hosts)
     if trusted := list(trusted_proxies):
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)

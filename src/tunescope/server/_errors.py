@@ -13,10 +13,11 @@ lost connection or a lock; the same request may succeed later, as ``Retry-After`
 status); on a team server ``unauthorized`` (401), ``forbidden`` (403) and
 ``too_many_attempts`` (429), see ``_auth.py``, and ``csrf`` (403, see ``_session.py``).
 
-A team server's errors tell nothing about its database (:func:`store_message`): a 5xx says
-only that the store failed or cannot be reached now (the server's log has the store's words),
-and a 404 or 409 the store raised has its URL taken out. The local viewer (``tunescope ui``,
-which shows its store's URL anyway) is told the store's own message.
+A team server's errors never name its database's URL, and tell a caller without a valid
+token nothing about the database at all (:func:`store_message`): a 5xx then says only that
+the store failed or cannot be reached now (the server's log has the store's words). The
+local viewer (``tunescope ui``, which shows its store's URL anyway) is told the store's own
+message.
 """
 
 from __future__ import annotations
@@ -82,15 +83,18 @@ _STORE_FAILED = {
 }
 
 
-def store_message(exc: Exception, status: int, url: str | None, detailed: bool) -> str:
+def store_message(
+    exc: Exception, status: int, url: str | None, *, local: bool, authenticated: bool
+) -> str:
     """What a caller is told of store error ``exc``, answered with ``status``, by a server
-    over the store at ``url``: everything (``detailed``: the local viewer), else nothing
-    about the database: a 5xx names no URL, host or driver text, and a 4xx (an id not
-    found, a conflict: the store's own words about the caller's arguments) has the URL taken
-    out."""
-    if detailed:
+    over the store at ``url``. The local viewer (``local``) is told the store's own words. A
+    team server tells a caller without a valid token (``authenticated`` False) nothing about
+    the database: a 5xx says only that the store failed or cannot be reached now (its log
+    has the rest). An authenticated caller (a writer, a store client, the page) is told the
+    store's words (a params value that is not JSON, a name taken) with the URL taken out."""
+    if local:
         return str(exc)
-    if status >= 500:
+    if status >= 500 and not authenticated:
         return _STORE_FAILED.get(status, _STORE_FAILED[500])
     message = str(exc)
     if url:
@@ -98,10 +102,15 @@ def store_message(exc: Exception, status: int, url: str | None, detailed: bool) 
     return message
 
 
-def _detailed(request: Request) -> bool:
-    """Whether the app tells callers the store's own words: the local viewer only."""
+def _local(request: Request) -> bool:
+    """Whether the app is the local viewer, which tells callers the store's own words."""
     auth = getattr(request.app.state, "auth", None)
     return getattr(auth, "mode", "tokens") == "local"
+
+
+def _authenticated(request: Request) -> bool:
+    """Whether the request's token checked out (the token check ran and found a principal)."""
+    return getattr(request.state, "principal", None) is not None
 
 
 def _store_url(request: Request) -> str | None:
@@ -144,7 +153,13 @@ async def _on_http(request: Request, exc: Exception) -> Response:
 
 
 def _told(request: Request, exc: Exception, status: int) -> str:
-    return store_message(exc, status, _store_url(request), _detailed(request))
+    return store_message(
+        exc,
+        status,
+        _store_url(request),
+        local=_local(request),
+        authenticated=_authenticated(request),
+    )
 
 
 async def _on_not_found(request: Request, exc: Exception) -> Response:
@@ -164,7 +179,7 @@ async def _on_store_error(request: Request, exc: Exception) -> Response:
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.url.path)
-    kind = f": {type(exc).__name__}" if _detailed(request) else " (the server's log says why)"
+    kind = f": {type(exc).__name__}" if _local(request) else " (the server's log says why)"
     return error_response(500, "internal", f"internal error{kind}")
 
 

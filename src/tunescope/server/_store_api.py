@@ -216,7 +216,9 @@ def _store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 headers = {"Retry-After": "2"}
             elif status >= 500:
                 log.error("store error: %s", exc)
-            message = store_message(exc, status, store.url, detailed=not scope.only)
+            message = store_message(
+                exc, status, store.url, local=not scope.only, authenticated=True
+            )
             raise ApiError(status, code, message, headers) from None
         except (TypeError, ValueError) as exc:
             raise invalid(str(exc)) from None

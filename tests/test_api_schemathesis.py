@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from test_api_auth import fill
 from tunescope.server import create_app, release_store
+from tunescope.server._store_methods import _REQUIRED, METHODS
 from tunescope.store import open_store
 from tunescope.store._sql import SQLStore
 
@@ -46,16 +47,46 @@ def server(store_url: str) -> Iterator[tuple[FastAPI, str, dict[str, Any]]]:
         other_run, other_trial = fill(store, "nlp", t0)
         token = store.create_token("vision", "write")[1]
         series = store.list_series(trial)[0].id
+        keys = [store.get_trial(trial).key, store.get_trial(other_trial).key]
     app = create_app(store_url, auth="tokens", allowed_hosts=["testserver"])
     ids = {
         "run": [run, "sweep", other_run],
         "trial": [trial, other_trial],
         "series": series,
+        "key": keys,
     }
     try:
         yield app, token, ids
     finally:
         release_store(app.state.store)
+
+
+def _arguments(method: str, ids: dict[str, Any], pick: int) -> dict[str, Any]:
+    """Arguments of store method ``method`` that reach the store: its required ones, the
+    ids among them the fixture's (vision's, or with ``pick`` 1 nlp's)."""
+    trials = ids["trial"]
+    known: dict[str, Any] = {
+        "run_id": ids["run"][0 if pick != 1 else 2],
+        "run": ids["run"][pick],
+        "trial_id": trials[pick % 2],
+        "series_id": ids["series"],
+        "start": 0.0,
+        "end": 1e10,
+        "points": 10,
+        "bins": 10,
+        "name": "sweep",
+        "metric": "cpu.util",
+        "key": ids["key"][pick % 2],
+        "rows": [],
+        "events": [],
+        "scalars": [],
+        "chunk_ids": [],
+    }
+    return {
+        name: known.get(name, "x")
+        for name, (_check, default) in METHODS[method].params.items()
+        if default is _REQUIRED
+    }
 
 
 def test_schemathesis_finds_no_500_and_no_undocumented_status(
@@ -94,6 +125,13 @@ def test_schemathesis_finds_no_500_and_no_undocumented_status(
                     for name in ("run", "trial"):
                         if name in params:
                             params[name] = ids[name][pick % len(ids[name])]
+                    if case.query and "metric" in case.query:
+                        case.query["metric"] = "cpu.util"
+                    if "method" in params:
+                        case.body = _arguments(params["method"], ids, pick)
+                    elif case.path == "/api/v1/ingest" and isinstance(case.body, dict):
+                        batch = {"id": f"b{case.body.get('id', '')}"[:40], "host": "h"}
+                        case.body = {**batch, "trial": ids["key"][pick % 2]}
                 response = case.call(headers=auth)
                 seen[(case.method, case.path, response.status_code)] += 1
                 try:

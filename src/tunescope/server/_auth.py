@@ -37,9 +37,9 @@ from tunescope.server._errors import ApiError
 from tunescope.store import token_digest as digest
 
 __all__ = [
+    "DIGEST_PREFIX",
     "FAILURE_WINDOW_S",
     "LOCAL",
-    "DIGEST_PREFIX",
     "MAX_FAILURES",
     "TOKEN_CACHE_S",
     "Authenticator",

@@ -23,6 +23,7 @@ message.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -37,6 +38,7 @@ __all__ = [
     "error_response",
     "install_error_handlers",
     "invalid",
+    "no_route",
     "not_found",
     "store_message",
 ]
@@ -149,7 +151,34 @@ async def _on_http(request: Request, exc: Exception) -> Response:
     elif status == 405:
         message = f"method {request.method} not allowed on {request.url.path}"
     headers = dict(exc.headers) if exc.headers else None
+    if status == 405:
+        allowed = _methods_of(request)
+        if allowed:
+            headers = {**(headers or {}), "Allow": ", ".join(allowed)}
     return error_response(status, code, message, headers)
+
+
+def no_route(request: Request) -> ApiError:
+    """The answer to a request no route takes: 405 (with ``Allow``) when its path is a route's
+    that answers other methods, else 404. For a catch-all route (the page's), which the router
+    prefers to a path's other methods."""
+    allowed = _methods_of(request)
+    if allowed:
+        message = f"method {request.method} not allowed on {request.url.path}"
+        return ApiError(405, "method_not_allowed", message, {"Allow": ", ".join(allowed)})
+    return not_found(f"no route {request.method} {request.url.path}")
+
+
+def _methods_of(request: Request) -> list[str]:
+    """Every method the request's path answers (the router's 405 names only those of the
+    first route of the path it met; the session's are three routes): from the app's
+    document, empty for a path it does not list."""
+    path = request.url.path
+    for template, ops in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            return sorted(m.upper() for m in ops)
+    return []
 
 
 def _told(request: Request, exc: Exception, status: int) -> str:

@@ -9,13 +9,14 @@ out of the written file (the types do not depend on it, and a release should not
 
 :func:`install` makes the app's document list every error status a route can answer
 (:data:`ERRORS`, in the one error shape), derived from what the route is: every route may
-answer 400 (a Host the server does not answer); a route behind the token check (and the
-login: every path but /api/health) 401, 429 and 503 (the check asks the store); a route that may change something 403 (a
-read token, a cookie without its CSRF header, another project); a route with a body 413, 415
-and 422; a route with parameters 422; the store routes 404 and 409. It also describes the
-bodies of the store routes (a batch; a contract method's arguments), so that a client
-generated from the document, or a fuzzer (tests/test_api_schemathesis.py), sends their shapes.
-A method a route does not have is 405, which no route lists.
+answer 400 (a Host the server does not answer); a route behind the token check (every path
+but /api/health, the login included) 401, 429 and 503 (the check asks the store); a route
+that may change something 403 (a read token, a cookie without its CSRF header, another
+project); a route with a body 413, 415 and 422; a route with parameters 422; the store
+routes 404 and 409. It also describes the bodies of the store routes (a batch; a contract
+method's arguments), so that a client generated from the document, or a fuzzer
+(tests/test_api_schemathesis.py), sends their shapes. A method a path does not take is 405
+(with ``Allow``), which no route lists.
 """
 
 from __future__ import annotations
@@ -138,10 +139,16 @@ def _complete(app: FastAPI, doc: dict[str, Any]) -> None:
                     if p["name"] == "method":
                         p["schema"] = {"type": "string", "enum": sorted(METHODS)}
             responses = op["responses"]
-            for code in sorted(codes):
-                if str(code) not in responses:
-                    responses[str(code)] = {"description": ERRORS[code], "content": error}
+            for code in sorted(codes | {int(c) for c in responses if c >= "400"}):
+                given = responses.setdefault(str(code), {"description": ERRORS[code]})
+                if "content" not in given or "HTTPValidationError" in json.dumps(given):
+                    given["content"] = error  # every error has the one shape
             op["responses"] = dict(sorted(responses.items()))
+    # FastAPI's own shape of a 422, which this app never answers (_errors.py's is ErrorOut)
+    schemas = doc.get("components", {}).get("schemas", {})
+    if "HTTPValidationError" not in json.dumps(doc["paths"]):
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -61,21 +60,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def batch_digest(batch: Batch) -> str:
     """The SHA-256 of what a batch says (its spec aside: a spec only creates the trial, and
-    a resend may carry one the first sending did not), numbers as floats and keys sorted, so
-    a resend of the same batch (from memory, the spool or the wire) has the same digest."""
+    a resend may carry one the first sending did not), its numbers as :meth:`Batch.from_json`
+    reads them (a time or value given as an int is the float the spool gives back), so a
+    resend of the same batch (from memory, the spool or the wire) has the same digest. A
+    value JSON cannot hold is taken by its repr (the write refuses it further on)."""
 
-    def canonical(v: Any) -> Any:
-        if isinstance(v, bool) or v is None or isinstance(v, str):
-            return v
-        if isinstance(v, (int, float)):
-            return float(v)
-        if isinstance(v, dict):
-            return {str(k): canonical(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [canonical(x) for x in v]
-        return v  # not a JSON value: its repr (the write refuses it further on)
+    def num(v: Any) -> Any:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
-    doc = canonical(dataclasses.asdict(batch.with_spec(None)))
+    def opt(v: Any) -> Any:
+        return None if v is None else num(v)
+
+    end = batch.end
+    doc = [
+        batch.id,
+        batch.trial,
+        batch.host,
+        [[m, d, n, num(t), num(v)] for m, d, n, t, v in batch.samples],
+        [[k, num(t), n, st, opt(du), opt(v), data] for k, t, n, st, du, v, data in batch.events],
+        [[n, st, num(t), num(v)] for n, st, t, v in batch.scalars],
+        opt(batch.heartbeat),
+        None if batch.pids is None else list(batch.pids),
+        batch.params,
+        None
+        if end is None
+        else [end.state, num(end.t), end.error, end.exit_code, end.only_if_running],
+        batch.where,
+    ]
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -650,6 +661,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
     # ------------------------------------------------------------------ batches
     @retrying
     def write(self, batch: Batch) -> int:
+        digest = batch_digest(batch)  # before the lock: a big batch takes a while
         with self._lock, self._tx(write=True) as cur:
             tid = self._trial_for(cur, batch.trial, batch.spec)
             (project_id,) = self._q(
@@ -657,7 +669,6 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 "SELECT r.project_id FROM trials t JOIN runs r ON r.id = t.run_id WHERE t.id = ?",
                 (tid,),
             ).fetchone()
-            digest = batch_digest(batch)
             if (
                 self._q(
                     cur,

@@ -327,6 +327,37 @@ def test_a_store_refuses_a_changed_batch_and_keeps_ids_per_project(store_url: st
         assert isinstance(st.scalars(tid)[0], Scalar)
 
 
+def test_a_version_6_databases_batches_migrate_into_their_projects(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches written by version 6 (ids global, no digest) open as the current version:
+    each in its trial's project, a resend of one still written once (its content unknown, it
+    is taken as the same), and the same id in another project a batch of its own."""
+    from contextlib import closing
+
+    from tunescope.store import _sql
+    from tunescope.store._schema import SCHEMA_VERSION
+
+    monkeypatch.setattr(_sql, "SCHEMA_VERSION", 6)
+    with closing(open_store(store_url)) as old:
+        assert isinstance(old, SQLStore) and old.schema_version() == 6
+        trials = {}
+        for p in ("vision", "nlp"):
+            run = old.ensure_run("r", 100.0, project=p)
+            trials[p] = old.create_trial(run.id, "a", start=100.0)
+        with old._tx(write=True) as cur:
+            old._q(cur, "INSERT INTO batches (id, trial_id, t) VALUES (?, ?, ?)",
+                   ("old-batch", trials["vision"].id, 100.0))  # fmt: skip
+    monkeypatch.undo()
+    with open_store(store_url) as st:
+        assert st.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
+        resend = _scalar_batch(trials["vision"].key, "old-batch", 1.0)
+        assert st.write(resend) == trials["vision"].id
+        assert st.scalars(trials["vision"].id, "acc") == []  # written once, by version 6
+        assert st.write(_scalar_batch(trials["nlp"].key, "old-batch", 2.0)) == trials["nlp"].id
+        assert [s.value for s in st.scalars(trials["nlp"].id, "acc")] == [2.0]
+
+
 # ------------------------------------------------------------------------ 405 and the document
 def test_every_path_answers_a_wrong_method_with_405_and_lists_its_errors(team: Team) -> None:
     doc = json.loads((ROOT / "web" / "openapi.json").read_text())

@@ -20,7 +20,6 @@ from fastapi import Depends, FastAPI
 from starlette.datastructures import MutableHeaders
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from tunescope import __version__
 from tunescope.analyze import FindingSettings, load_settings
@@ -170,6 +169,8 @@ def create_app(
     install_openapi(app)
     secure(app, allowed_hosts)
     if trusted := list(trusted_proxies):
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
     return app
 

@@ -404,6 +404,20 @@ def test_the_statuses_the_document_lists_for_bodies_happen(team: Team) -> None:
     assert team.call("/api/v1/ingest", None, "POST").status_code == 401
 
 
+def test_a_window_too_far_from_zero_for_its_pad_is_422_not_500(team: Team) -> None:
+    """What schemathesis found: a start (or end) so large that adding the window's pad
+    rounds to itself made an empty window the store refused with a ValueError (a 500)."""
+    trial = team.trials["vision"]
+    for path, extra in (
+        (f"/api/trials/{trial}/series", {"metric": "cpu.util"}),
+        (f"/api/trials/{trial}/events", {}),
+    ):
+        for params in ({"start": 1e300}, {"end": -1e300}):
+            r = team.call(path, "vision-read", params={**extra, **params})
+            assert r.status_code == 422, (path, params, r.text)
+            assert "out of range" in r.json()["error"]["message"]
+
+
 # ------------------------------------------------------------------------ the Markdown report
 HOSTILE_RUN = "run|`x`<b>bold</b>"
 HOSTILE_TRIAL = "t*_[a](http://evil.example)|<script>alert(1)</script>"

@@ -215,9 +215,10 @@ def test_a_read_token_may_not_record() -> None:
 def test_failed_attempts_are_rate_limited(team: Team) -> None:
     for _ in range(MAX_FAILURES):
         assert team.get("/api/runs", "ts_wrong").status_code == 401
-    blocked = team.get("/api/runs", "vision-read")
+    blocked = team.get("/api/runs", "ts_wrong")
     assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) >= 1
     assert blocked.json()["error"]["code"] == "too_many_attempts"
+    assert team.get("/api/runs", "vision-read").status_code == 200  # a valid token passes
 
 
 def test_failed_logins_count_with_failed_bearer_tokens(team: Team) -> None:
@@ -227,6 +228,8 @@ def test_failed_logins_count_with_failed_bearer_tokens(team: Team) -> None:
         else:
             r = team.get("/api/runs", "ts_wrong")
         assert r.status_code == 401
+    bad = team.get("/api/session", method="POST", json={"token": "ts_wrong"})
+    assert bad.status_code == 429 and int(bad.headers["retry-after"]) >= 1
+    assert "set-cookie" not in bad.headers
     good = team.get("/api/session", method="POST", json={"token": team.tokens["vision-read"]})
-    assert good.status_code == 429 and int(good.headers["retry-after"]) >= 1
-    assert "set-cookie" not in good.headers
+    assert good.status_code == 200 and "set-cookie" in good.headers

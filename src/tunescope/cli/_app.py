@@ -474,6 +474,7 @@ def _serve(
     auth: Literal["local", "tokens"] = "local",
     tls: tuple[Path, Path] | None = None,
     otlp_endpoint: str | None = None,
+    trusted_proxies: Sequence[str] = (),
 ) -> None:
     try:
         from tunescope.analyze import load_settings
@@ -497,6 +498,7 @@ def _serve(
         tls_cert=None if tls is None else tls[0],
         tls_key=None if tls is None else tls[1],
         otlp_endpoint=otlp_endpoint,
+        trusted_proxies=trusted_proxies,
     )
 
 
@@ -548,6 +550,31 @@ AllowHostOpt = Annotated[
 ]
 
 
+def _trusted_proxies(values: list[str] | None) -> list[str] | None:
+    """A callback: each ``--trusted-proxy`` is an IP address or network (CIDR)."""
+    import ipaddress
+
+    for v in values or []:
+        try:
+            ipaddress.ip_network(v.strip(), strict=False)
+        except ValueError:
+            raise typer.BadParameter(f"{v!r} is not an IP address or network") from None
+    return [v.strip() for v in values] if values else values
+
+
+TrustedProxyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--trusted-proxy",
+        metavar="ADDR",
+        help="Believe X-Forwarded-For and X-Forwarded-Proto from this reverse proxy's address "
+        "or network (repeatable; none by default: the client is the socket's peer).",
+        show_default=False,
+        callback=_trusted_proxies,
+    ),
+]
+
+
 @app.command(cls=Command)
 def ui(
     store: StoreOpt = None,
@@ -594,6 +621,7 @@ def serve(
         ),
     ] = None,
     otlp_endpoint: OtlpOpt = None,
+    trusted_proxy: TrustedProxyOpt = None,
 ) -> None:
     """Serve a team: the page, the JSON API and recording, every request with a token.
 
@@ -620,6 +648,7 @@ def serve(
         auth="tokens",
         tls=tls,
         otlp_endpoint=otlp_endpoint,
+        trusted_proxies=trusted_proxy or [],
     )
 
 

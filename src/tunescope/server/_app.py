@@ -27,6 +27,7 @@ from tunescope.errors import ConfigError
 from tunescope.server._auth import Authenticator, Mode, Principal
 from tunescope.server._errors import install_error_handlers
 from tunescope.server._live import Live
+from tunescope.server._openapi import install as install_openapi
 from tunescope.server._prometheus import CONTENT_TYPE, exposition
 from tunescope.server._queries import FindingsCache
 from tunescope.server._routes import api_router, public_router
@@ -84,6 +85,7 @@ def create_app(
     timeout: float = REQUEST_TIMEOUT_S,
     settings: FindingSettings | None = None,
     otlp_endpoint: str | None = None,
+    trusted_proxies: Iterable[str] = (),
 ) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
@@ -103,7 +105,9 @@ def create_app(
     now: a bad value raises ConfigError before the store is opened. ``otlp_endpoint``: an
     OpenTelemetry collector's base URL to push the running trials' metrics to (``_otel.py``,
     the ``otel`` extra), from now until the app shuts down; ``GET /metrics`` serves them to
-    Prometheus either way (``_prometheus.py``).
+    Prometheus either way (``_prometheus.py``). ``trusted_proxies``: the addresses (or
+    networks) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are believed (the client
+    address the rate limit counts, see ``_auth.py``); none by default.
     """
     if settings is None:
         settings = load_settings().settings
@@ -162,7 +166,12 @@ def create_app(
         return Response(exposition(live, who.project), media_type=CONTENT_TYPE)
 
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
+    install_openapi(app)
     secure(app, allowed_hosts)
+    if trusted := list(trusted_proxies):
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
     return app
 
 
@@ -188,15 +197,15 @@ def serve(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     otlp_endpoint: str | None = None,
+    trusted_proxies: Iterable[str] = (),
 ) -> None:
     """Serve the app with uvicorn until interrupted. Binds 127.0.0.1 unless told otherwise;
     with ``open_browser`` the page opens in the default browser once the server listens.
     Requests are answered for localhost, ``host`` (unless a wildcard such as 0.0.0.0) and
     ``allowed_hosts``. ``auth`` as for :func:`create_app`. With ``tls_cert`` and ``tls_key``
-    (PEM files) it answers https. Behind a reverse proxy on the same host, the proxy's
-    ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed (uvicorn's proxy headers,
-    from 127.0.0.1 unless ``$FORWARDED_ALLOW_IPS`` says otherwise). ``otlp_endpoint`` as for
-    :func:`create_app`."""
+    (PEM files) it answers https. Behind a reverse proxy, ``X-Forwarded-Proto`` and
+    ``X-Forwarded-For`` are believed only from ``trusted_proxies`` (as for
+    :func:`create_app`; none by default). ``otlp_endpoint`` as for :func:`create_app`."""
     import uvicorn
 
     if (tls_cert is None) != (tls_key is None):
@@ -206,6 +215,7 @@ def serve(
         allowed_hosts=allowed_names(host, allowed_hosts),
         auth=auth,
         otlp_endpoint=otlp_endpoint,
+        trusted_proxies=trusted_proxies,
     )
     scheme = "https" if tls_cert is not None else "http"
     if open_browser:
@@ -219,6 +229,7 @@ def serve(
         host=host,
         port=port,
         log_level="info",
+        proxy_headers=False,  # the app believes its trusted proxies only (create_app)
         ssl_certfile=None if tls_cert is None else str(tls_cert),
         ssl_keyfile=None if tls_key is None else str(tls_key),
     )

@@ -8,9 +8,17 @@ may record into it.
 
 Failures answer in the one error shape: 401 ``unauthorized`` (no token, an unknown, revoked or
 expired one; with ``WWW-Authenticate: Bearer``), 403 ``forbidden`` (a read token that writes),
-429 ``too_many_attempts`` (after :data:`MAX_FAILURES` failed attempts from one client within
-:data:`FAILURE_WINDOW_S`, for the rest of that window; with ``Retry-After``). Tokens are
-compared in constant time by the store (``store/_tokens.py``).
+429 ``too_many_attempts`` (after :data:`MAX_FAILURES` failed attempts with one token from one
+client within :data:`FAILURE_WINDOW_S`, for the rest of that window; with ``Retry-After``).
+Tokens are compared in constant time by the store (``store/_tokens.py``).
+
+The rate limit never blocks a valid token. Failures are counted per (client address, first
+:data:`DIGEST_PREFIX` hex digits of the token's digest): a blocked pair is answered 429 without
+asking the store (a spool retrying a revoked token costs the database nothing), while another
+token from the same address, a valid one included, is checked as usual. A token is 256 random
+bits, so the limit sheds load; it is not what stops guessing. The client address is the
+socket's peer; ``X-Forwarded-For`` is believed only from the proxies the app is told to trust
+(``tunescope serve --trusted-proxy``, none by default; see ``_app.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from tunescope.server._errors import ApiError
 from tunescope.store import token_digest as digest
 
 __all__ = [
+    "DIGEST_PREFIX",
     "FAILURE_WINDOW_S",
     "LOCAL",
     "MAX_FAILURES",
@@ -36,6 +45,8 @@ __all__ = [
     "Authenticator",
     "Mode",
     "Principal",
+    "client_address",
+    "failure_key",
     "principal_of",
     "require_write",
 ]
@@ -43,6 +54,9 @@ __all__ = [
 Mode = Literal["local", "tokens"]
 
 MAX_FAILURES = 10
+DIGEST_PREFIX = 12
+"""Hex digits of a token's digest that, with the client address, key its failures: enough
+that two tokens never share a key in practice, too few to say anything about the token."""
 TOKEN_CACHE_S = 5.0
 """How long a server remembers that a token checked out (a revocation takes effect within
 this time)."""
@@ -142,11 +156,14 @@ class Authenticator:
 
     def check(self, request: Request, secret: str | None) -> Principal:
         """The principal of token ``secret`` (None: none given), sent by ``request``'s client:
-        429 while that client is blocked, 401 for no token or a token that is not usable now
-        (which counts as a failed attempt). The page's login checks its token here too."""
-        client = request.client.host if request.client else "?"
+        401 for no token; 429 while this token is blocked from this client; 401 for a token
+        that is not usable now (which counts as a failed attempt of the pair). The page's
+        login checks its token here too."""
+        if secret is None:
+            raise unauthorized("this server needs a token: Authorization: Bearer <token>")
         now = time.monotonic()
-        wait = self._failures.blocked_for(client, now)
+        key = failure_key(request, secret)
+        wait = self._failures.blocked_for(key, now)
         if wait > 0:
             raise ApiError(
                 429,
@@ -154,13 +171,22 @@ class Authenticator:
                 "too many failed attempts: try again later",
                 {"Retry-After": str(max(1, round(wait)))},
             )
-        if secret is None:
-            raise unauthorized("this server needs a token: Authorization: Bearer <token>")
         info = self._checked(secret, now)
         if info is None:
-            self._failures.note(client, now)
+            self._failures.note(key, now)
             raise unauthorized("the token is unknown, revoked or expired")
         return Principal(info.project, info.scope, info.id)
+
+
+def client_address(request: Request) -> str:
+    """The address of ``request``'s client: the socket's peer, or what a trusted proxy's
+    ``X-Forwarded-For`` says (the app's proxy middleware has already put it in place)."""
+    return request.client.host if request.client else "?"
+
+
+def failure_key(request: Request, secret: str) -> str:
+    """What failed attempts with ``secret`` from ``request``'s client are counted under."""
+    return f"{client_address(request)} {digest(secret)[:DIGEST_PREFIX]}"
 
 
 def _bearer(request: Request) -> str | None:

@@ -168,6 +168,9 @@ def window_bounds(
             e = s + pad
         else:
             s = e - pad
+        if not e > s:  # so far from 0 that the pad is lost in rounding
+            which, value = ("start", s) if end is None else ("end", e)
+            raise invalid(f"{which} ({value}) is out of range")
     return s, e
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 
-from tunescope.server._errors import not_found
+from tunescope.server._errors import no_route, not_found
 
 __all__ = ["DOCS_NOT_BUILT_HTML", "NOT_BUILT_HTML", "default_static_dir", "mount_page"]
 
@@ -77,9 +77,9 @@ def mount_page(app: FastAPI, static_dir: Path | None) -> None:
         return FileResponse(docs)
 
     @app.get("/{path:path}", include_in_schema=False)
-    def page(path: str) -> Response:
+    def page(path: str, request: Request) -> Response:
         if path == "api" or path.startswith("api/"):
-            raise not_found(f"no route GET /{path}")
+            raise no_route(request)  # 405 for a path of the API that takes other methods
         if root is None:
             return HTMLResponse(NOT_BUILT_HTML)
         if path:

@@ -42,7 +42,7 @@ from starlette.responses import Response
 from tunescope._kept import Kept
 from tunescope.errors import NotFound, StoreError
 from tunescope.server._auth import Principal, principal_of, require_write
-from tunescope.server._errors import ApiError, invalid, not_found
+from tunescope.server._errors import ApiError, invalid, not_found, store_message
 from tunescope.server._store_methods import METHODS
 from tunescope.store import Batch, Store
 from tunescope.store.wire import PROJECT_HEADER, dumps, loads, status_of
@@ -108,10 +108,15 @@ class _Scope:
     only: bool
 
     def check(self, kind: str, ident: int) -> None:
-        """NotFound unless the run, trial or series ``ident`` is in the scope's project."""
+        """NotFound unless the run, trial or series ``ident`` is in the scope's project: the
+        same answer, word for word, for an id of another project and one that does not
+        exist."""
         if not self.only:
             return
-        owner = getattr(self.owners, kind)(ident)
+        try:
+            owner = getattr(self.owners, kind)(ident)
+        except NotFound:
+            owner = None
         if owner != self.project:
             raise NotFound(f"no {kind} with id {ident}")
 
@@ -170,14 +175,19 @@ def _scoped(store: Store, scope: _Scope, name: str, args: dict[str, Any]) -> Any
             unknown = sorted(set(args["chunk_ids"]) - allowed)
             if unknown:
                 raise NotFound(f"no chunk with id {unknown[0]}")
-    result = getattr(store, name)(**args)
+    try:
+        result = getattr(store, name)(**args)
+    except NotFound:
+        if name == "trial_by_key" and scope.only:
+            raise NotFound(f"no trial with key {args['key']!r}") from None
+        raise
     if not scope.only:
         return result
     if name == "owner" and result != scope.project:
         which = "trial" if args["trial"] is not None else "series"
         raise NotFound(f"no {which} with id {args[which]}")
-    if name == "trial_by_key":
-        scope.check("trial", result.id)
+    if name == "trial_by_key" and scope.owners.key(args["key"]) != scope.project:
+        raise NotFound(f"no trial with key {args['key']!r}")
     elif name == "list_projects":
         return [p for p in result if p == scope.project]
     elif name == "corrupt_series":
@@ -195,9 +205,9 @@ def _scoped(store: Store, scope: _Scope, name: str, args: dict[str, Any]) -> Any
 def _store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Store errors as API errors with the code of their class; a bad argument as 422."""
 
-    def inner(*args: Any) -> Any:
+    def inner(store: Store, scope: _Scope, *args: Any) -> Any:
         try:
-            return fn(*args)
+            return fn(store, scope, *args)
         except StoreError as exc:
             status, code = status_of(exc)
             headers = None
@@ -206,7 +216,10 @@ def _store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 headers = {"Retry-After": "2"}
             elif status >= 500:
                 log.error("store error: %s", exc)
-            raise ApiError(status, code, str(exc), headers) from None
+            message = store_message(
+                exc, status, store.url, local=not scope.only, authenticated=True
+            )
+            raise ApiError(status, code, message, headers) from None
         except (TypeError, ValueError) as exc:
             raise invalid(str(exc)) from None
 

@@ -147,11 +147,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def write(self, batch: Batch) -> int:
         """Write a :class:`~tunescope.store.Batch` in one transaction, exactly once, and
-        return its trial's id. A batch whose id was written before is skipped (and its trial's
-        id returned), so a writer may send a batch again whenever it cannot tell whether it
-        landed. The trial is found by ``batch.trial`` (its key); when the store has none it
-        is created from ``batch.spec`` (its run too, if new; a taken name gets a ``-2``…
-        suffix), and NotFound is raised when there is no spec. Samples older than a series'
+        return its trial's id. A batch whose id was written before in the trial's project,
+        with the same content (its spec aside), is skipped (and its trial's id returned), so
+        a writer may send a batch again whenever it cannot tell whether it landed; the same id
+        with other content raises Conflict (nothing of it is written). Two projects may use
+        the same batch id. The trial is found by ``batch.trial`` (its key); when the store has
+        none it is created from ``batch.spec`` (its run too, if new; a taken name gets a
+        ``-2``… suffix), and NotFound is raised when there is no spec. Samples older than a series'
         newest are merged in; ``heartbeat`` never moves back; ``pids`` add to the trial's;
         ``heartbeat``, ``pids`` and an ``end`` with ``only_if_running`` change a running trial
         only."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
@@ -150,6 +150,21 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 6: events by kind, so a window of one kind (a chart's sampler gaps, its evaluations)
     #    reads only that kind's rows, not every optimizer step of the window around them
     ("CREATE INDEX events_by_kind ON events (trial_id, kind, t)",),
+    # 7: batch ids scoped by project (two projects may use the same id; before, the second
+    #    was dropped as written), each with the SHA-256 of its content, so an id sent again
+    #    with other content is refused as a conflict, not dropped (older batches: NULL, any
+    #    content of theirs is taken as a resend)
+    (
+        """CREATE TABLE batches_v7 (
+            project_id BIGINT NOT NULL REFERENCES projects(id), id TEXT NOT NULL,
+            trial_id BIGINT NOT NULL REFERENCES trials(id), digest TEXT,
+            t {real} NOT NULL, PRIMARY KEY (project_id, id))""",
+        """INSERT INTO batches_v7 (project_id, id, trial_id, digest, t)
+            SELECT r.project_id, b.id, b.trial_id, NULL, b.t
+            FROM batches b JOIN trials t ON t.id = b.trial_id JOIN runs r ON r.id = t.run_id""",
+        "DROP TABLE batches",
+        "ALTER TABLE batches_v7 RENAME TO batches",
+    ),
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

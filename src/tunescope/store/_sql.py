@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import hashlib
 import itertools
 import json
 import math
@@ -55,6 +56,39 @@ BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 1.0
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def batch_digest(batch: Batch) -> str:
+    """The SHA-256 of what a batch says (its spec aside: a spec only creates the trial, and
+    a resend may carry one the first sending did not), its numbers as :meth:`Batch.from_json`
+    reads them (a time or value given as an int is the float the spool gives back), so a
+    resend of the same batch (from memory, the spool or the wire) has the same digest. A
+    value JSON cannot hold is taken by its repr (the write refuses it further on)."""
+
+    def num(v: Any) -> Any:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    def opt(v: Any) -> Any:
+        return None if v is None else num(v)
+
+    end = batch.end
+    doc = [
+        batch.id,
+        batch.trial,
+        batch.host,
+        [[m, d, n, num(t), num(v)] for m, d, n, t, v in batch.samples],
+        [[k, num(t), n, st, opt(du), opt(v), data] for k, t, n, st, du, v, data in batch.events],
+        [[n, st, num(t), num(v)] for n, st, t, v in batch.scalars],
+        opt(batch.heartbeat),
+        None if batch.pids is None else list(batch.pids),
+        batch.params,
+        None
+        if end is None
+        else [end.state, num(end.t), end.error, end.exit_code, end.only_if_running],
+        batch.where,
+    ]
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -627,21 +661,31 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
     # ------------------------------------------------------------------ batches
     @retrying
     def write(self, batch: Batch) -> int:
+        digest = batch_digest(batch)  # before the lock: a big batch takes a while
         with self._lock, self._tx(write=True) as cur:
-            row = self._q(cur, "SELECT trial_id FROM batches WHERE id = ?", (batch.id,)).fetchone()
-            if row is not None:
-                return int(row[0])
             tid = self._trial_for(cur, batch.trial, batch.spec)
+            (project_id,) = self._q(
+                cur,
+                "SELECT r.project_id FROM trials t JOIN runs r ON r.id = t.run_id WHERE t.id = ?",
+                (tid,),
+            ).fetchone()
             if (
                 self._q(
                     cur,
-                    "INSERT INTO batches (id, trial_id, t) VALUES (?, ?, ?) "
-                    "ON CONFLICT (id) DO NOTHING",
-                    (batch.id, tid, time.time()),
+                    "INSERT INTO batches (project_id, id, trial_id, digest, t) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, id) DO NOTHING",
+                    (project_id, batch.id, tid, digest, time.time()),
                 ).rowcount
                 == 0
-            ):
-                return tid  # another connection wrote it meanwhile
+            ):  # written before (by this connection or another): a resend, or a conflict
+                was_tid, was = self._q(
+                    cur,
+                    "SELECT trial_id, digest FROM batches WHERE project_id = ? AND id = ?",
+                    (project_id, batch.id),
+                ).fetchone()
+                if was is not None and was != digest:
+                    raise Conflict(f"batch {batch.id!r} was written before with other content")
+                return int(was_tid)
             for metric, _device, _note, t, v in batch.samples:
                 if not (math.isfinite(t) and math.isfinite(v)):
                     raise Rejected(f"sample of {metric} at t={t} is not a finite number: {v}")

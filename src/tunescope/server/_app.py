@@ -26,6 +26,14 @@ from tunescope.analyze import FindingSettings, load_settings
 from tunescope.errors import ConfigError
 from tunescope.server._auth import Authenticator, Mode, Principal
 from tunescope.server._errors import install_error_handlers
+from tunescope.server._limits import (
+    MAX_CONNECTIONS,
+    READ_TIMEOUT_S,
+    BodyLimits,
+    InFlight,
+    protocol_class,
+    raise_nofile,
+)
 from tunescope.server._live import Live
 from tunescope.server._prometheus import CONTENT_TYPE, exposition
 from tunescope.server._queries import FindingsCache
@@ -35,10 +43,14 @@ from tunescope.server._session import install_session
 from tunescope.server._static import default_static_dir, mount_page
 from tunescope.server._store_api import store_router
 from tunescope.store import PooledStore, Store, open_store
+from tunescope.store._sql import MAX_SERIES, SQLStore
 
 __all__ = ["POOL_SIZE", "REQUEST_TIMEOUT_S", "create_app", "release_store", "serve"]
 
 log = logging.getLogger("tunescope.server")
+
+_MAX_HEAD_BYTES = 16 * 1024
+"""Largest request head (line and headers) the server reads: 431 / 400 beyond."""
 
 POOL_SIZE = 8
 """Store connections the server keeps for requests running at once."""
@@ -84,6 +96,8 @@ def create_app(
     timeout: float = REQUEST_TIMEOUT_S,
     settings: FindingSettings | None = None,
     otlp_endpoint: str | None = None,
+    max_series: int = MAX_SERIES,
+    read_timeout: float = READ_TIMEOUT_S,
 ) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
@@ -103,13 +117,24 @@ def create_app(
     now: a bad value raises ConfigError before the store is opened. ``otlp_endpoint``: an
     OpenTelemetry collector's base URL to push the running trials' metrics to (``_otel.py``,
     the ``otel`` extra), from now until the app shuts down; ``GET /metrics`` serves them to
-    Prometheus either way (``_prometheus.py``).
+    Prometheus either way (``_prometheus.py``). ``max_series``: most series a trial may
+    have (:data:`~tunescope.store._sql.MAX_SERIES`; a batch past it is 422).
+    ``read_timeout``: seconds a request body may stall (408). Every body is counted as it
+    streams and bounded per route, and the batch and store routes share one budget of bytes
+    in flight (``_limits.py``).
     """
     if settings is None:
         settings = load_settings().settings
-    store = PooledStore(
-        lambda: open_store(store_url, create=False, timeout=timeout), size=POOL_SIZE, wait=timeout
-    )
+    if max_series < 1:
+        raise ConfigError(f"max_series must be at least 1, not {max_series}")
+
+    def connect() -> Store:
+        st = open_store(store_url, create=False, timeout=timeout)
+        if isinstance(st, SQLStore):
+            st.max_series = max_series
+        return st
+
+    store = PooledStore(connect, size=POOL_SIZE, wait=timeout)
 
     findings = FindingsCache(store, settings=settings)  # one cache: the API and /metrics
     live = Live(store, findings)
@@ -151,7 +176,12 @@ def create_app(
     app.include_router(
         api_router(store, findings), prefix="/api", dependencies=[Depends(authenticator)]
     )
-    app.include_router(store_router(store), prefix="/api", dependencies=[Depends(authenticator)])
+    app.state.inflight = InFlight()
+    app.include_router(
+        store_router(store, app.state.inflight),
+        prefix="/api",
+        dependencies=[Depends(authenticator)],
+    )
 
     @app.get(
         "/metrics",
@@ -162,8 +192,21 @@ def create_app(
         return Response(exposition(live, who.project), media_type=CONTENT_TYPE)
 
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
+    _bound_bodies(app, read_timeout)
     secure(app, allowed_hosts)
     return app
+
+
+def _bound_bodies(app: FastAPI, read_timeout: float) -> None:
+    """Wrap ``app`` in :class:`~tunescope.server._limits.BodyLimits`, outside Starlette's
+    ServerErrorMiddleware (a body it cut short must not be answered twice, nor logged as a
+    bug) and inside the Host check (``secure``, which wraps it next)."""
+    build = app.build_middleware_stack
+
+    def build_bounded() -> ASGIApp:
+        return BodyLimits(build(), read_timeout)
+
+    app.build_middleware_stack = build_bounded  # type: ignore[method-assign]
 
 
 def _start_otlp(live: Live, endpoint: str) -> Any:
@@ -188,6 +231,9 @@ def serve(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     otlp_endpoint: str | None = None,
+    max_series: int = MAX_SERIES,
+    read_timeout: float = READ_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> None:
     """Serve the app with uvicorn until interrupted. Binds 127.0.0.1 unless told otherwise;
     with ``open_browser`` the page opens in the default browser once the server listens.
@@ -196,8 +242,17 @@ def serve(
     (PEM files) it answers https. Behind a reverse proxy on the same host, the proxy's
     ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed (uvicorn's proxy headers,
     from 127.0.0.1 unless ``$FORWARDED_ALLOW_IPS`` says otherwise). ``otlp_endpoint`` as for
-    :func:`create_app`."""
+    :func:`create_app`; ``max_series`` and ``read_timeout`` too. At most
+    ``max_connections`` connections and requests at once (503 beyond); a connection that
+    has not sent a whole request head within ``read_timeout`` seconds (of opening, or of
+    its last answer) is closed, and an idle one after 5 s; the open-files soft limit is
+    raised to the hard limit first, so the cap, not the system, is what refuses."""
     import uvicorn
+
+    if max_connections < 1 or read_timeout <= 0:
+        raise ValueError("max_connections and read_timeout must be positive")
+    soft, hard = raise_nofile()
+    log.info("open files: soft limit %d (hard %d)", soft, hard)
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("https needs both a certificate and its key")
@@ -206,6 +261,8 @@ def serve(
         allowed_hosts=allowed_names(host, allowed_hosts),
         auth=auth,
         otlp_endpoint=otlp_endpoint,
+        max_series=max_series,
+        read_timeout=read_timeout,
     )
     scheme = "https" if tls_cert is not None else "http"
     if open_browser:
@@ -221,4 +278,8 @@ def serve(
         log_level="info",
         ssl_certfile=None if tls_cert is None else str(tls_cert),
         ssl_keyfile=None if tls_key is None else str(tls_key),
+        http=protocol_class(read_timeout),
+        limit_concurrency=max_connections,
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=_MAX_HEAD_BYTES,
     )

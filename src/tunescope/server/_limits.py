@@ -58,7 +58,7 @@ LOGIN_BODY_BYTES = 4096
 OTHER_BODY_BYTES = 64 * 1024
 """Largest body of a route that is neither a login, a batch nor a store call (none reads
 one)."""
-INFLIGHT_BYTES = 4 * MAX_BATCH_BYTES
+INFLIGHT_BYTES = 2 * MAX_BATCH_BYTES
 """Bytes of batch and store-call bodies (as sent, and once decompressed) the server holds at
 once; a request that would pass it is 429 ``busy``."""
 MAX_JSON_DEPTH = 64

@@ -330,6 +330,10 @@ at a time (its other trials wait their turn), so one project's large trial leave
 others a worker."""
 
 
+_IDLE_S = 5.0
+"""A findings worker with nothing to do for this long ends (another starts when needed)."""
+
+
 class FindingsTooSlow(Exception):
     """The analysis of a trial ran past :data:`FINDINGS_BUDGET_S`."""
 
@@ -387,7 +391,9 @@ class _Fair:
             q.append(job)
             self._cond.notify()
 
-    def _next(self) -> tuple[str, Callable[[], None]]:
+    def _next(self) -> tuple[str, Callable[[], None]] | None:
+        """The next job and its project; None when none came for :data:`_IDLE_S` (the
+        worker then ends: a server that asks for no findings holds no thread)."""
         with self._cond:
             while True:
                 for _ in range(len(self._order)):
@@ -403,11 +409,16 @@ class _Fair:
                         del self._queues[project]
                     self._running.add(project)
                     return project, job
-                self._cond.wait()
+                if not self._cond.wait(_IDLE_S) and not self._order:
+                    self._threads.remove(threading.current_thread())
+                    return None
 
     def _loop(self) -> None:
         while True:
-            project, job = self._next()
+            got = self._next()
+            if got is None:
+                return
+            project, job = got
             try:
                 job()
             except Exception:  # a job reports its own failure; the worker goes on

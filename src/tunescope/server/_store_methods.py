@@ -95,7 +95,11 @@ def _run_ref(v: Any, what: str) -> int | str:
 def _sample(v: Any, what: str) -> tuple[int, float, float]:
     if not isinstance(v, list) or len(v) != 3:
         raise ValueError(f"{what} must be [series_id, t, value]")
-    sid, t, value = _int(v[0], f"{what}.series_id"), _num(v[1], f"{what}.t"), _num(v[2], "")
+    sid, t, value = (
+        _int(v[0], f"{what}.series_id"),
+        _num(v[1], f"{what}.t"),
+        _num(v[2], f"{what}.value"),
+    )
     problem = check_sample(t, value)
     if problem is not None:
         raise ValueError(f"{what}: {problem}")

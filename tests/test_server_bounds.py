@@ -210,6 +210,7 @@ def test_a_1gib_login_body_costs_the_server_a_few_mib(served: Served) -> None:
     assert streamed.status() == 413
     assert streamed.sent < 2**30, "the server read the whole GiB"
     grown = _settled_rss(s) - before
+    print(f"login: 1 GiB streamed, {streamed.sent / MIB:.0f} MiB sent, +{grown / MIB:.1f} MiB")
     assert grown < 8 * MIB, f"the server grew by {grown / MIB:.1f} MiB"
 
 
@@ -234,6 +235,7 @@ def test_a_1gib_batch_body_is_413_and_costs_little(served: Served) -> None:
     )
     assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
     grown = _settled_rss(s) - before
+    print(f"ingest: 1 GiB streamed, {streamed.sent / MIB:.0f} MiB sent, +{grown / MIB:.1f} MiB")
     assert grown < GROWTH, f"the server grew by {grown / MIB:.1f} MiB"
 
 
@@ -256,6 +258,8 @@ def test_concurrent_large_bodies_share_one_budget_and_the_rest_are_429(served: S
     assert set(statuses) <= {422, 429}, statuses  # spaces are no batch: 422 once read
     assert all(b"retry-after: 1" in x.answer.lower() for x in streams if _status(x.answer) == 429)
     grown = _settled_rss(s) - before
+    print(f"16 x 12 MiB at once: {statuses}, peak +{(peak - before) / MIB:.0f} MiB, "
+          f"after +{grown / MIB:.1f} MiB")  # fmt: skip
     assert peak - before < 2 * _limits.INFLIGHT_BYTES + GROWTH, f"peak +{(peak - before) / MIB:.0f}"
     assert grown < GROWTH, f"the server grew by {grown / MIB:.1f} MiB"
 
@@ -481,6 +485,8 @@ def test_one_project_abusing_leaves_another_its_p99_within_1s(served: Served) ->
         for th in threads:
             th.join(120)
     p99 = float(np.percentile(took, 99))
+    print(f"other project: p50 {np.median(took) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; "
+          f"abuse rounds {abuse_counts}")  # fmt: skip
     assert p99 <= 1.0, f"the other project's p99 was {p99:.2f} s: {sorted(took)[-5:]}"
     assert all(abuse_counts.get(k, 0) > 0 for k in ("bodies", "series", "findings"))
 
@@ -535,6 +541,8 @@ def test_bodies_past_a_route_limit_are_413_in_process(tmp_path: Path) -> None:
     with app_over(url) as app:
         r = request(app, "/api/runs", method="POST", content=b"x" * (_limits.OTHER_BODY_BYTES + 1))
         assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+        assert r.headers["connection"] == "close" and r.headers["cache-control"] == "no-store"
+        assert r.headers["x-content-type-options"] == "nosniff"  # inside the security layer
         r = request(
             app,
             "/api/v1/ingest",

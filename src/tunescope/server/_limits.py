@@ -191,14 +191,12 @@ class BodyLimits:
             or "\x00" in scope["path"]
             or (b"%00" in scope.get("query_string", b"") or b"%00" in scope.get("raw_path", b""))
         ):
-            await error_response(422, "invalid", "the URL holds a NUL character")(
-                scope, receive, send
-            )
+            await _refuse(ApiError(422, "invalid", "the URL holds a NUL character"), scope, send)
             return
         limit = body_limit(scope["path"])
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _refuse(too_large(limit), scope, receive, send)
+            await _refuse(too_large(limit), scope, send)
             return
         state = {"seen": 0, "done": False, "started": False, "refused": False}
 
@@ -228,9 +226,7 @@ class BodyLimits:
             state["refused"] = True
             if not state["started"]:
                 state["started"] = True
-                await error_response(err.status, err.code, err.message, err.headers)(
-                    scope, receive, send
-                )
+                await _refuse(err, scope, send)
             return {"type": "http.disconnect"}
 
         async def guarded(message: Message) -> None:
@@ -247,8 +243,15 @@ class BodyLimits:
                 raise  # the app's failure once it read a refused body is of no interest
 
 
-async def _refuse(err: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
-    await error_response(err.status, err.code, err.message, err.headers)(scope, receive, send)
+async def _refuse(err: ApiError, scope: Scope, send: Send) -> None:
+    """Answer ``err`` (this layer is outside the one that marks /api answers no-store)."""
+    headers = {**(err.headers or {}), "Cache-Control": "no-store"}
+    response = error_response(err.status, err.code, err.message, headers)
+
+    async def nothing() -> Message:
+        return {"type": "http.disconnect"}
+
+    await response(scope, nothing, send)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -247,7 +247,13 @@ METHODS: dict[str, Method] = {
     ),
     "events": Method(
         False,
-        {"trial_id": _R, "start": _N, "end": _N, "kinds": _KINDS, "limit": (_count(2**31 - 1), 2000)},
+        {
+            "trial_id": _R,
+            "start": _N,
+            "end": _N,
+            "kinds": _KINDS,
+            "limit": (_count(2**31 - 1), 2000),
+        },
     ),
     "count_events": Method(False, {"trial_id": _R, "start": _FROM, "end": _TO, "kinds": _KINDS}),
     "latest": Method(False, {"trial_id": _R}),

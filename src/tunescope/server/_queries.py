@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 
 from tunescope._kept import Kept
 from tunescope.analyze import SEVERITIES, Finding, FindingSettings, findings_for_trial, trial_end
-from tunescope.errors import NotFound
+from tunescope.errors import NotFound, StoreError
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Principal
 from tunescope.server._errors import invalid, not_found
@@ -494,6 +494,9 @@ class FindingsCache:
                         FINDINGS_BUDGET_S,
                     )
                     found = None
+                except StoreError as exc:  # not remembered: a later request tries again
+                    log.warning("findings of trial %d not computed: %s", trial.id, exc)
+                    return
                 self._entries.put(trial.id, _Entry(_fingerprint(trial), self._clock(), found))
             finally:
                 with self._lock:

@@ -42,8 +42,7 @@ from tunescope.server._security import allowed_names, page_host, secure
 from tunescope.server._session import install_session
 from tunescope.server._static import default_static_dir, mount_page
 from tunescope.server._store_api import store_router
-from tunescope.store import PooledStore, Store, open_store
-from tunescope.store._sql import MAX_SERIES, SQLStore
+from tunescope.store import MAX_SERIES, PooledStore, SQLStore, Store, open_store
 
 __all__ = ["POOL_SIZE", "REQUEST_TIMEOUT_S", "create_app", "release_store", "serve"]
 
@@ -118,7 +117,7 @@ def create_app(
     OpenTelemetry collector's base URL to push the running trials' metrics to (``_otel.py``,
     the ``otel`` extra), from now until the app shuts down; ``GET /metrics`` serves them to
     Prometheus either way (``_prometheus.py``). ``max_series``: most series a trial may
-    have (:data:`~tunescope.store._sql.MAX_SERIES`; a batch past it is 422).
+    have (:data:`~tunescope.store.MAX_SERIES`; a batch past it is 422).
     ``read_timeout``: seconds a request body may stall (408). Every body is counted as it
     streams and bounded per route, and the batch and store routes share one budget of bytes
     in flight (``_limits.py``).

@@ -3,7 +3,7 @@
 * **Bodies** (:class:`BodyLimits`, the app's outermost layer but the Host check): every
   request's body is counted while it streams, against the limit of its route
   (:func:`body_limit`): a login's :data:`LOGIN_BODY_BYTES`, a batch's or a store call's
-  :data:`~tunescope.store._batch.MAX_BATCH_BYTES`, any other route's :data:`OTHER_BODY_BYTES`. A
+  :data:`~tunescope.store.MAX_BATCH_BYTES`, any other route's :data:`OTHER_BODY_BYTES`. A
   ``Content-Length`` beyond it is 413 ``too_large`` at once, before a byte is read; a
   chunked body is 413 as soon as it passes it. Either way the connection is closed after the
   answer (``Connection: close``), so the rest is never read. A body that stalls for
@@ -35,7 +35,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunescope.server._errors import ApiError, error_response
-from tunescope.store._batch import MAX_BATCH_BYTES
+from tunescope.store import MAX_BATCH_BYTES
 
 __all__ = [
     "INFLIGHT_BYTES",

@@ -47,8 +47,7 @@ from tunescope.server._auth import Principal, principal_of, require_write
 from tunescope.server._errors import ApiError, invalid, not_found
 from tunescope.server._limits import Hold, InFlight, check_depth, read_body
 from tunescope.server._store_methods import METHODS
-from tunescope.store import Batch, Store
-from tunescope.store._batch import MAX_BATCH_BYTES
+from tunescope.store import MAX_BATCH_BYTES, Batch, Store
 from tunescope.store.wire import PROJECT_HEADER, dumps, loads, status_of
 
 __all__ = ["MAX_BODY_BYTES", "store_router"]

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tunescope.store import Event, Scalar
-from tunescope.store._batch import MAX_NAME_BYTES, MAX_TEXT_BYTES, check_json
+from tunescope.store import MAX_NAME_BYTES, MAX_TEXT_BYTES, Event, Scalar, check_json
 from tunescope.store.wire import blobs_doc, doc
 
 __all__ = ["METHODS", "Method"]

@@ -475,6 +475,7 @@ def _serve(
     tls: tuple[Path, Path] | None = None,
     otlp_endpoint: str | None = None,
     trusted_proxies: Sequence[str] = (),
+    bounds: dict[str, Any] | None = None,
 ) -> None:
     try:
         from tunescope.analyze import load_settings
@@ -499,6 +500,7 @@ def _serve(
         tls_key=None if tls is None else tls[1],
         otlp_endpoint=otlp_endpoint,
         trusted_proxies=trusted_proxies,
+        **(bounds or {}),
     )
 
 
@@ -622,6 +624,37 @@ def serve(
     ] = None,
     otlp_endpoint: OtlpOpt = None,
     trusted_proxy: TrustedProxyOpt = None,
+    max_series: Annotated[
+        int,
+        typer.Option(
+            "--max-series",
+            metavar="N",
+            envvar="TUNESCOPE_MAX_SERIES",
+            min=1,
+            help="Most series (metrics x devices x hosts) one trial may have; a batch "
+            "past it is refused (422).",
+        ),
+    ] = 4096,
+    read_timeout: Annotated[
+        float,
+        typer.Option(
+            "--read-timeout",
+            metavar="SECONDS",
+            min=0.1,
+            help="Close a connection that sends no whole request head within this time, "
+            "and refuse a body that stalls this long (408).",
+        ),
+    ] = 10.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            metavar="N",
+            min=1,
+            help="Most connections and requests at once (503 beyond); the open-files "
+            "limit is raised to the hard limit at start.",
+        ),
+    ] = 1024,
 ) -> None:
     """Serve a team: the page, the JSON API and recording, every request with a token.
 
@@ -649,6 +682,11 @@ def serve(
         tls=tls,
         otlp_endpoint=otlp_endpoint,
         trusted_proxies=trusted_proxy or [],
+        bounds={
+            "max_series": max_series,
+            "read_timeout": read_timeout,
+            "max_connections": max_connections,
+        },
     )
 
 

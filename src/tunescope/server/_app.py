@@ -26,6 +26,14 @@ from tunescope.analyze import FindingSettings, load_settings
 from tunescope.errors import ConfigError
 from tunescope.server._auth import Authenticator, Mode, Principal
 from tunescope.server._errors import install_error_handlers
+from tunescope.server._limits import (
+    MAX_CONNECTIONS,
+    READ_TIMEOUT_S,
+    BodyLimits,
+    InFlight,
+    protocol_class,
+    raise_nofile,
+)
 from tunescope.server._live import Live
 from tunescope.server._openapi import install as install_openapi
 from tunescope.server._prometheus import CONTENT_TYPE, exposition
@@ -35,11 +43,14 @@ from tunescope.server._security import allowed_names, page_host, secure
 from tunescope.server._session import install_session
 from tunescope.server._static import default_static_dir, mount_page
 from tunescope.server._store_api import store_router
-from tunescope.store import PooledStore, Store, open_store
+from tunescope.store import MAX_SERIES, PooledStore, SQLStore, Store, open_store
 
 __all__ = ["POOL_SIZE", "REQUEST_TIMEOUT_S", "create_app", "release_store", "serve"]
 
 log = logging.getLogger("tunescope.server")
+
+_MAX_HEAD_BYTES = 16 * 1024
+"""Largest request head (line and headers) the server reads: 431 / 400 beyond."""
 
 POOL_SIZE = 8
 """Store connections the server keeps for requests running at once."""
@@ -86,6 +97,8 @@ def create_app(
     settings: FindingSettings | None = None,
     otlp_endpoint: str | None = None,
     trusted_proxies: Iterable[str] = (),
+    max_series: int = MAX_SERIES,
+    read_timeout: float = READ_TIMEOUT_S,
 ) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
@@ -107,13 +120,24 @@ def create_app(
     the ``otel`` extra), from now until the app shuts down; ``GET /metrics`` serves them to
     Prometheus either way (``_prometheus.py``). ``trusted_proxies``: the addresses (or
     networks) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are believed (the client
-    address the rate limit counts, see ``_auth.py``); none by default.
+    address the rate limit counts, see ``_auth.py``); none by default. ``max_series``: most series a trial may
+    have (:data:`~tunescope.store.MAX_SERIES`; a batch past it is 422).
+    ``read_timeout``: seconds a request body may stall (408). Every body is counted as it
+    streams and bounded per route, and the batch and store routes share one budget of bytes
+    in flight (``_limits.py``).
     """
     if settings is None:
         settings = load_settings().settings
-    store = PooledStore(
-        lambda: open_store(store_url, create=False, timeout=timeout), size=POOL_SIZE, wait=timeout
-    )
+    if max_series < 1:
+        raise ConfigError(f"max_series must be at least 1, not {max_series}")
+
+    def connect() -> Store:
+        st = open_store(store_url, create=False, timeout=timeout)
+        if isinstance(st, SQLStore):
+            st.max_series = max_series
+        return st
+
+    store = PooledStore(connect, size=POOL_SIZE, wait=timeout)
 
     findings = FindingsCache(store, settings=settings)  # one cache: the API and /metrics
     live = Live(store, findings)
@@ -155,7 +179,12 @@ def create_app(
     app.include_router(
         api_router(store, findings), prefix="/api", dependencies=[Depends(authenticator)]
     )
-    app.include_router(store_router(store), prefix="/api", dependencies=[Depends(authenticator)])
+    app.state.inflight = InFlight()
+    app.include_router(
+        store_router(store, app.state.inflight),
+        prefix="/api",
+        dependencies=[Depends(authenticator)],
+    )
 
     @app.get(
         "/metrics",
@@ -167,12 +196,25 @@ def create_app(
 
     mount_page(app, static_dir if static_dir is not None else default_static_dir())
     install_openapi(app)
+    _bound_bodies(app, read_timeout)
     secure(app, allowed_hosts)
     if trusted := list(trusted_proxies):
         from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
     return app
+
+
+def _bound_bodies(app: FastAPI, read_timeout: float) -> None:
+    """Wrap ``app`` in :class:`~tunescope.server._limits.BodyLimits`, outside Starlette's
+    ServerErrorMiddleware (a body it cut short must not be answered twice, nor logged as a
+    bug) and inside the Host check (``secure``, which wraps it next)."""
+    build = app.build_middleware_stack
+
+    def build_bounded() -> ASGIApp:
+        return BodyLimits(build(), read_timeout)
+
+    app.build_middleware_stack = build_bounded  # type: ignore[method-assign]
 
 
 def _start_otlp(live: Live, endpoint: str) -> Any:
@@ -198,6 +240,9 @@ def serve(
     tls_key: Path | None = None,
     otlp_endpoint: str | None = None,
     trusted_proxies: Iterable[str] = (),
+    max_series: int = MAX_SERIES,
+    read_timeout: float = READ_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> None:
     """Serve the app with uvicorn until interrupted. Binds 127.0.0.1 unless told otherwise;
     with ``open_browser`` the page opens in the default browser once the server listens.
@@ -205,8 +250,18 @@ def serve(
     ``allowed_hosts``. ``auth`` as for :func:`create_app`. With ``tls_cert`` and ``tls_key``
     (PEM files) it answers https. Behind a reverse proxy, ``X-Forwarded-Proto`` and
     ``X-Forwarded-For`` are believed only from ``trusted_proxies`` (as for
-    :func:`create_app`; none by default). ``otlp_endpoint`` as for :func:`create_app`."""
+    :func:`create_app`; none by default). ``otlp_endpoint``, ``max_series`` and
+    ``read_timeout`` as for :func:`create_app`. At most
+    ``max_connections`` connections and requests at once (503 beyond); a connection that
+    has not sent a whole request head within ``read_timeout`` seconds (of opening, or of
+    its last answer) is closed, and an idle one after 5 s; the open-files soft limit is
+    raised to the hard limit first, so the cap, not the system, is what refuses."""
     import uvicorn
+
+    if max_connections < 1 or read_timeout <= 0:
+        raise ValueError("max_connections and read_timeout must be positive")
+    soft, hard = raise_nofile()
+    log.info("open files: soft limit %d (hard %d)", soft, hard)
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("https needs both a certificate and its key")
@@ -216,6 +271,8 @@ def serve(
         auth=auth,
         otlp_endpoint=otlp_endpoint,
         trusted_proxies=trusted_proxies,
+        max_series=max_series,
+        read_timeout=read_timeout,
     )
     scheme = "https" if tls_cert is not None else "http"
     if open_browser:
@@ -232,4 +289,8 @@ def serve(
         proxy_headers=False,  # the app believes its trusted proxies only (create_app)
         ssl_certfile=None if tls_cert is None else str(tls_cert),
         ssl_keyfile=None if tls_key is None else str(tls_key),
+        http=protocol_class(read_timeout),
+        limit_concurrency=max_connections,
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=_MAX_HEAD_BYTES,
     )

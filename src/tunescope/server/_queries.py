@@ -8,26 +8,33 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.responses import JSONResponse
 
 from tunescope._kept import Kept
 from tunescope.analyze import SEVERITIES, Finding, FindingSettings, findings_for_trial, trial_end
-from tunescope.errors import NotFound
+from tunescope.errors import NotFound, StoreError
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Principal
 from tunescope.server._errors import invalid, not_found
 from tunescope.server._serialize import scalar_json
 from tunescope.store import RunInfo, Scalar, SeriesInfo, Store, TrialInfo
 
+log = logging.getLogger("tunescope.server")
+
 __all__ = [
+    "FINDINGS_BUDGET_S",
     "FINDINGS_REFRESH_S",
+    "FINDINGS_WAIT_S",
     "RUNS_LIST_BUDGET_S",
     "FindingsCache",
     "RunSummaries",
@@ -313,22 +320,131 @@ class ScalarCurves:
         return bytes(body)
 
 
+FINDINGS_WAIT_S = 5.0
+"""Longest a request waits for a trial's findings being computed; past it, the request
+answers without them (counts ``null``, or 503 for a trial's or run's findings) and the
+computation goes on for a later request."""
+FINDINGS_BUDGET_S = 10.0
+"""Longest the analysis of one trial may run: past it (checked at each store call it
+makes) it stops, and the trial's findings are unavailable until the trial changes."""
+FINDINGS_WORKERS = 2
+"""Threads that compute findings, off the request path. A project has at most one of them
+at a time (its other trials wait their turn), so one project's large trial leaves the
+others a worker."""
+
+
+_IDLE_S = 5.0
+"""A findings worker with nothing to do for this long ends (another starts when needed)."""
+
+
+class FindingsTooSlow(Exception):
+    """The analysis of a trial ran past :data:`FINDINGS_BUDGET_S`."""
+
+
+class _Deadline:
+    """A store whose calls raise :class:`FindingsTooSlow` once ``deadline`` (monotonic) has
+    passed: bounds the time of an analysis that reads through it."""
+
+    def __init__(self, store: Store, deadline: float) -> None:
+        self._store = store
+        self._deadline = deadline
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if time.monotonic() > self._deadline:
+                raise FindingsTooSlow(name)
+            return attr(*args, **kwargs)
+
+        return call
+
+
 @dataclass(frozen=True)
 class _Entry:
     fingerprint: tuple[str, float | None, float | None, str | None]
     at: float
-    findings: tuple[Finding, ...]
+    findings: tuple[Finding, ...] | None
+    """None: the analysis ran past its budget."""
+
+
+class _Fair:
+    """Jobs run by :data:`FINDINGS_WORKERS` daemon threads, at most one per project at a
+    time, projects taken in turn."""
+
+    def __init__(self, workers: int = FINDINGS_WORKERS) -> None:
+        self._cond = threading.Condition()
+        self._queues: dict[str, deque[Callable[[], None]]] = {}
+        self._order: deque[str] = deque()
+        self._running: set[str] = set()
+        self._workers = workers
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, project: str, job: Callable[[], None]) -> None:
+        with self._cond:
+            if len(self._threads) < self._workers:
+                t = threading.Thread(target=self._loop, name="tunescope-findings", daemon=True)
+                self._threads.append(t)
+                t.start()
+            q = self._queues.setdefault(project, deque())
+            if not q and project not in self._order:
+                self._order.append(project)
+            q.append(job)
+            self._cond.notify()
+
+    def _next(self) -> tuple[str, Callable[[], None]] | None:
+        """The next job and its project; None when none came for :data:`_IDLE_S` (the
+        worker then ends: a server that asks for no findings holds no thread)."""
+        with self._cond:
+            while True:
+                for _ in range(len(self._order)):
+                    project = self._order.popleft()
+                    if project in self._running:
+                        self._order.append(project)
+                        continue
+                    q = self._queues[project]
+                    job = q.popleft()
+                    if q:
+                        self._order.append(project)
+                    else:
+                        del self._queues[project]
+                    self._running.add(project)
+                    return project, job
+                if not self._cond.wait(_IDLE_S) and not self._order:
+                    self._threads.remove(threading.current_thread())
+                    return None
+
+    def _loop(self) -> None:
+        while True:
+            got = self._next()
+            if got is None:
+                return
+            project, job = got
+            try:
+                job()
+            except Exception:  # a job reports its own failure; the worker goes on
+                log.exception("findings worker")
+            finally:
+                with self._cond:
+                    self._running.discard(project)
+                    self._cond.notify_all()
 
 
 class FindingsCache:
-    """Findings of trials, computed on demand and remembered (they read every series).
+    """Findings of trials, computed off the request path and remembered (they read every
+    series).
 
     A trial's findings are reused while its fingerprint (state, end, heartbeat, error) is
     unchanged, so a finished trial is analysed once; a running trial, whose heartbeat moves
     every second, is analysed again at most every :data:`FINDINGS_REFRESH_S` seconds (in
-    between, the last result is answered). Two requests that need the same trial at once
-    compute it once. ``settings``: the rules' thresholds (default: the defaults). The clock
-    is injectable for tests.
+    between, the last result is answered). The analysis runs on the workers of a fair queue
+    (:data:`FINDINGS_WORKERS`, at most one per project), each bounded by
+    :data:`FINDINGS_BUDGET_S`; a request waits for it at most :data:`FINDINGS_WAIT_S` (or
+    its own deadline). Two requests that need the same trial at once share one analysis.
+    ``settings``: the rules' thresholds (default: the defaults). The clock is injectable for
+    tests.
     """
 
     def __init__(
@@ -341,7 +457,10 @@ class FindingsCache:
         self._settings = settings
         self._clock = clock
         self._entries: Kept[int, _Entry] = Kept(FINDINGS_KEPT)
-        self._busy: Kept[int, threading.Lock] = Kept(FINDINGS_KEPT)
+        self._lock = threading.Lock()
+        self._busy: dict[int, threading.Event] = {}
+        self._owners: Kept[int, str] = Kept(FINDINGS_KEPT)
+        self._fair = _Fair()
 
     def _usable(self, entry: _Entry | None, trial: TrialInfo) -> bool:
         if entry is None:
@@ -350,29 +469,84 @@ class FindingsCache:
             return True
         return trial.state == "running" and self._clock() - entry.at < FINDINGS_REFRESH_S
 
+    def _project(self, trial: TrialInfo) -> str:
+        project = self._owners.get(trial.id)
+        if project is None:
+            project = self._store.owner(trial=trial.id)
+            self._owners.put(trial.id, project)
+        return project
+
+    def _start(self, trial: TrialInfo) -> threading.Event:
+        """The event set when the trial's analysis in progress (or one started now) ends."""
+        with self._lock:
+            done = self._busy.get(trial.id)
+            if done is not None:
+                return done
+            done = self._busy[trial.id] = threading.Event()
+
+        def job() -> None:
+            try:
+                found: tuple[Finding, ...] | None
+                budget = _Deadline(self._store, time.monotonic() + FINDINGS_BUDGET_S)
+                try:
+                    found = tuple(findings_for_trial(budget, trial, self._settings))  # type: ignore[arg-type]
+                except FindingsTooSlow:
+                    log.warning(
+                        "findings of trial %d took more than %g s: not computed",
+                        trial.id,
+                        FINDINGS_BUDGET_S,
+                    )
+                    found = None
+                except StoreError as exc:  # not remembered: a later request tries again
+                    log.warning("findings of trial %d not computed: %s", trial.id, exc)
+                    return
+                self._entries.put(trial.id, _Entry(_fingerprint(trial), self._clock(), found))
+            finally:
+                with self._lock:
+                    self._busy.pop(trial.id, None)
+                done.set()
+
+        try:
+            self._fair.submit(self._project(trial), job)
+        except BaseException:
+            with self._lock:
+                self._busy.pop(trial.id, None)
+            done.set()
+            raise
+        return done
+
     def trial(self, trial: TrialInfo, deadline: float | None = None) -> list[Finding] | None:
-        """The trial's findings, most severe first. With a ``deadline`` (on this cache's
-        clock) that has passed, nothing is computed: the last result is answered, stale or
-        not, and None when there is none yet."""
+        """The trial's findings, most severe first; None when they are not known (yet, or
+        the analysis ran past its budget). With a ``deadline`` (on this cache's clock) that
+        has passed, nothing is computed: the last result is answered, stale or not, and None
+        when there is none yet. Otherwise the analysis is started (off the request path) and
+        waited for until the deadline, at most :data:`FINDINGS_WAIT_S`."""
         entry = self._entries.get(trial.id)
         if self._usable(entry, trial):
             assert entry is not None
-            return list(entry.findings)
-        if deadline is not None and self._clock() >= deadline:
-            return None if entry is None else list(entry.findings)
-        with self._busy.setdefault(trial.id, threading.Lock):
-            entry = self._entries.get(trial.id)
-            if self._usable(entry, trial):  # computed meanwhile by another request
-                assert entry is not None
-                return list(entry.findings)
-            found = tuple(findings_for_trial(self._store, trial, self._settings))
-            self._entries.put(trial.id, _Entry(_fingerprint(trial), self._clock(), found))
-            return list(found)
+            return None if entry.findings is None else list(entry.findings)
+        now = self._clock()
+        if deadline is not None and now >= deadline:
+            return None if entry is None or entry.findings is None else list(entry.findings)
+        wait = FINDINGS_WAIT_S if deadline is None else min(FINDINGS_WAIT_S, deadline - now)
+        self._start(trial).wait(max(0.0, wait))
+        entry = self._entries.get(trial.id)
+        if entry is None or entry.findings is None:
+            return None
+        return list(entry.findings)
 
     def run(
         self, trials: list[TrialInfo], deadline: float | None = None
     ) -> dict[int, list[Finding] | None]:
-        """Findings of each of a run's trials, keyed by trial id in the given order."""
+        """Findings of each of a run's trials, keyed by trial id in the given order (their
+        analyses run side by side, within one wait)."""
+        now = self._clock()
+        if deadline is None:
+            deadline = now + FINDINGS_WAIT_S
+        if now < deadline:
+            for t in trials:
+                if not self._usable(self._entries.get(t.id), t):
+                    self._start(t)
         return {t.id: self.trial(t, deadline) for t in trials}
 
     def list_deadline(self) -> float:

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from tunescope.analyze import trial_end
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
-from tunescope.server._errors import invalid, not_found
+from tunescope.server._errors import ApiError, invalid, not_found
 from tunescope.server._queries import (
     FindingsCache,
     RunSummaries,
@@ -82,15 +82,37 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "unknown run, trial or metric"},
     422: {"model": ErrorOut, "description": "bad parameters"},
 }
+_FINDINGS_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    503: {"model": ErrorOut, "description": "findings not computed yet (Retry-After)"},
+}
+MAX_TIME_S = 1e11
+"""Window bounds are epoch seconds within this of the epoch."""
+NAME = 512
+"""Longest name (metric, scalar, project, run) a query may give, in characters."""
 
 TrialId = Annotated[int, Path(ge=0, le=2**63 - 1, description="trial id")]
-Start = Annotated[float | None, Query(description="window start, epoch seconds")]
-End = Annotated[float | None, Query(description="window end, epoch seconds")]
+Start = Annotated[
+    float | None,
+    Query(ge=-MAX_TIME_S, le=MAX_TIME_S, description="window start, epoch seconds"),
+]
+End = Annotated[
+    float | None, Query(ge=-MAX_TIME_S, le=MAX_TIME_S, description="window end, epoch seconds")
+]
 Cursor = Annotated[
     str | None,
     Query(max_length=1000, description="the `next` of the previous page (opaque)"),
 ]
-RunRef = Annotated[str, Path(description="run id or name")]
+RunRef = Annotated[str, Path(max_length=NAME, description="run id or name")]
+
+
+def _findings_pending(what: str) -> ApiError:
+    return ApiError(
+        503,
+        "findings_pending",
+        f"the findings of {what} are not computed yet (or took too long): try again later",
+        {"Retry-After": "5"},
+    )
 
 
 def _json(content: Any) -> Response:
@@ -150,7 +172,9 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     )
     def runs(
         request: Request,
-        project: Annotated[str | None, Query(description="only the runs of this project")] = None,
+        project: Annotated[
+            str | None, Query(max_length=NAME, description="only the runs of this project")
+        ] = None,
     ) -> Response:
         out = []
         # findings no request has computed yet: newest runs first, within a time budget
@@ -181,12 +205,15 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     @router.get(
         "/runs/{run}/findings",
         response_model=RunFindingsOut,
-        responses=_ERRORS,
+        responses=_FINDINGS_ERRORS,
         summary="Findings of every trial of a run, with counts by severity",
     )
     def run_findings(request: Request, run: RunRef) -> Response:
         r = resolve_run(store, run, principal_of(request))
-        found = {tid: fs or [] for tid, fs in findings.run(store.list_trials(r.id)).items()}
+        got = findings.run(store.list_trials(r.id))
+        if any(fs is None for fs in got.values()):
+            raise _findings_pending(f"run {run!r}")
+        found = {tid: fs or [] for tid, fs in got.items()}
         counts = finding_counts(found)
         assert counts is not None
         return _json(run_findings_json(found, counts))
@@ -214,12 +241,15 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     @router.get(
         "/trials/{trial}/findings",
         response_model=list[FindingOut],
-        responses=_ERRORS,
+        responses=_FINDINGS_ERRORS,
         summary="Findings of one trial, most severe first",
     )
     def trial_findings(request: Request, trial: TrialId) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
-        return _json([f.to_dict() for f in findings.trial(info) or []])
+        found = findings.trial(info)
+        if found is None:
+            raise _findings_pending(f"trial {trial}")
+        return _json([f.to_dict() for f in found])
 
     @router.get(
         "/trials/{trial}/metrics",
@@ -253,7 +283,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     def trial_series(
         request: Request,
         trial: TrialId,
-        metric: Annotated[str, Query(description="metric key, e.g. gpu.mem")],
+        metric: Annotated[str, Query(max_length=NAME, description="metric key, e.g. gpu.mem")],
         start: Start = None,
         end: End = None,
         points: Annotated[
@@ -287,7 +317,8 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         start: Start = None,
         end: End = None,
         kinds: Annotated[
-            str | None, Query(description="comma-separated kinds: " + ", ".join(EVENT_KINDS))
+            str | None,
+            Query(max_length=NAME, description="comma-separated kinds: " + ", ".join(EVENT_KINDS)),
         ] = None,
         limit: Annotated[
             int,
@@ -319,7 +350,9 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     def trial_scalars(
         request: Request,
         trial: TrialId,
-        name: Annotated[str | None, Query(description="only the scalars of this name")] = None,
+        name: Annotated[
+            str | None, Query(max_length=NAME, description="only the scalars of this name")
+        ] = None,
         limit: Annotated[
             int | None,
             Query(ge=1, le=MAX_SCALARS, description="most scalars in this page (default: all)"),

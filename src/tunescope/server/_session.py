@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, Response
 
 from tunescope.server._auth import Authenticator, Principal, principal_of
 from tunescope.server._errors import ApiError, invalid, not_found
+from tunescope.server._limits import check_depth, read_body
 from tunescope.server._schema import ErrorOut, LoginIn, LogoutOut, SessionOut
 from tunescope.server._security import host_name
 
@@ -57,7 +58,6 @@ SESSION_COOKIE = "tunescope_session"
 CSRF_COOKIE = "tunescope_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_MAX_BODY = 4096
 
 
 def _mac(token: str, nonce: str) -> str:
@@ -117,9 +117,8 @@ async def _login_token(request: Request) -> str:
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if kind != "application/json":
         raise invalid('send the token as JSON: {"token": "..."} (Content-Type: application/json)')
-    raw = await request.body()
-    if len(raw) > _MAX_BODY:
-        raise invalid("the body is too large for a token")
+    raw = await read_body(request)  # counted as it streams: at most _limits.LOGIN_BODY_BYTES
+    check_depth(raw)
     try:
         body = json.loads(raw)
     except ValueError:
@@ -154,6 +153,10 @@ def install_session(auth: Authenticator) -> APIRouter:
         403: {"model": ErrorOut, "description": "a write by cookie without its CSRF header"},
         429: {"model": ErrorOut, "description": "too many failed attempts"},
     }
+    login_errors = {
+        **errors,
+        413: {"model": ErrorOut, "description": "a body larger than a token needs"},
+    }
     authenticated = [Depends(auth)]  # such a route reads the principal with principal_of
 
     def no_login() -> ApiError:
@@ -172,7 +175,7 @@ def install_session(auth: Authenticator) -> APIRouter:
     @router.post(
         "/session",
         response_model=SessionOut,
-        responses=errors,
+        responses=login_errors,
         summary="Log the page in with a token (sets the session and CSRF cookies)",
         openapi_extra={
             "requestBody": {

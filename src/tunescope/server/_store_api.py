@@ -19,9 +19,11 @@ principal's project whatever the batch's spec says. The local viewer (``auth="lo
 name any project.
 
 Bodies must be ``application/json`` (a page of another site cannot send that without a CORS
-preflight, which this server never grants), at most :data:`MAX_BODY_BYTES` once
-decompressed; a body that is not what it should be is 422 ``invalid`` and never reaches the
-store. Store errors come back in the one error shape with the code of their class.
+preflight, which this server never grants), at most :data:`MAX_BODY_BYTES` as sent and once
+decompressed (413), nested at most ``_limits.MAX_JSON_DEPTH`` deep, and held, while the
+request runs, in the server's budget of bytes in flight (429 ``busy`` with ``Retry-After``
+past it: see ``_limits.py``); a body that is not what it should be is 422 ``invalid`` and
+never reaches the store. Store errors come back in the one error shape with the code of their class.
 """
 
 from __future__ import annotations
@@ -43,17 +45,20 @@ from tunescope._kept import Kept
 from tunescope.errors import NotFound, StoreError
 from tunescope.server._auth import Principal, principal_of, require_write
 from tunescope.server._errors import ApiError, invalid, not_found, store_message
+from tunescope.server._limits import Hold, InFlight, check_depth, read_body
 from tunescope.server._store_methods import METHODS
-from tunescope.store import Batch, Store
+from tunescope.store import MAX_BATCH_BYTES, Batch, Store
 from tunescope.store.wire import PROJECT_HEADER, dumps, loads, status_of
 
 __all__ = ["MAX_BODY_BYTES", "store_router"]
 
 log = logging.getLogger("tunescope.server")
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
-"""Largest request body, once decompressed (a batch of the flusher's 50,000 events and
-50,000 scalars is about 8 MB)."""
+MAX_BODY_BYTES = MAX_BATCH_BYTES
+"""Largest request body, as sent and once decompressed (a batch of the flusher's 50,000
+events and 50,000 scalars is about 8 MB; an HTTP store splits a larger one)."""
+_INFLATE_STEP = 1024 * 1024
+"""Bytes inflated at a time (each taken from the budget of bytes in flight)."""
 
 _GZIP_ABOVE = 1024
 """Answers larger than this are gzip-compressed for a client that accepts it."""
@@ -264,36 +269,47 @@ def _pack(store: Store, trial_id: int) -> None:
 
 
 # ---------------------------------------------------------------------- bodies
-async def _body(request: Request) -> bytes:
-    """The request's JSON body, decompressed; 415, 413 or 422 when it is not acceptable."""
+async def _body(request: Request, hold: Hold) -> bytes:
+    """The request's JSON body, decompressed; 415, 413, 422 or 429 when it is not acceptable.
+    Read by the one body reader (``_limits.read_body``), its bytes and what they inflate to
+    held in ``hold`` (the server's budget of bytes in flight), its nesting checked before it
+    is parsed."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/json":
         raise ApiError(415, "unsupported_media_type", "the body must be application/json")
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip"):
         raise ApiError(415, "unsupported_media_type", "Content-Encoding must be gzip or none")
-    raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > MAX_BODY_BYTES:
-            raise _too_large()
+    raw = await read_body(request, hold)
     if encoding == "identity":
-        return bytes(raw)
+        check_depth(raw)
+        return raw
     inflate = zlib.decompressobj(wbits=31)  # gzip
+    out = bytearray()
     try:
-        out = inflate.decompress(bytes(raw), MAX_BODY_BYTES)
-        if inflate.unconsumed_tail:
-            raise _too_large()
+        data = raw
+        while True:
+            part = inflate.decompress(data, _INFLATE_STEP)
+            out += part
+            if len(out) > MAX_BODY_BYTES:
+                raise _too_large()
+            hold.take(len(part))
+            data = inflate.unconsumed_tail
+            if inflate.eof or (not data and len(part) < _INFLATE_STEP):
+                break
         out += inflate.flush()
         if not inflate.eof:
             raise zlib.error("the gzip stream is cut short")
     except zlib.error as exc:
         raise invalid(f"the body is not gzip: {exc}") from None
-    return out
+    if len(out) > MAX_BODY_BYTES:
+        raise _too_large()
+    check_depth(bytes(out))
+    return bytes(out)
 
 
 def _too_large() -> ApiError:
-    return ApiError(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+    return ApiError(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes once inflated")
 
 
 def _answer(request: Request, content: Any) -> Response:
@@ -306,16 +322,23 @@ def _answer(request: Request, content: Any) -> Response:
 
 
 # ---------------------------------------------------------------------- routes
-def store_router(store: Store) -> APIRouter:
+def store_router(store: Store, inflight: InFlight | None = None) -> APIRouter:
     """The store routes over one store (the caller mounts them under ``/api``, behind the
-    authenticator)."""
+    authenticator). ``inflight``: the server's budget of body bytes in flight (by default
+    one of these routes' own)."""
     router = APIRouter()
+    budget = inflight if inflight is not None else InFlight()
     owners = _Owners(store)
 
     @router.post(
         "/v1/store/{method}",
         summary="Call a store contract method (the HTTP store's requests)",
-        responses={404: {"description": "an unknown method, or an id of another project"}},
+        responses={
+            404: {"description": "an unknown method, or an id of another project"},
+            413: {"description": "a body larger than the server takes"},
+            422: {"description": "arguments that are not the method's"},
+            429: {"description": "the server holds as many bodies as it may: retry later"},
+        },
     )
     async def store_call(
         method: Annotated[str, Path(description="a method of the store contract")],
@@ -328,21 +351,27 @@ def store_router(store: Store) -> APIRouter:
         if spec.write:
             require_write(principal)
         scope = _scope_of(request, principal, owners)
-        raw = await _body(request)
-        result = await run_in_threadpool(_call, store, scope, method, raw)
+        async with budget.hold() as hold:
+            raw = await _body(request, hold)
+            result = await run_in_threadpool(_call, store, scope, method, raw)
         return _answer(request, {"result": result})
 
     @router.post(
         "/v1/ingest",
         summary="Write one batch, exactly once (samplers and flushers)",
-        responses={422: {"description": "a body that is not a batch"}},
+        responses={
+            413: {"description": "a batch larger than the server takes: split it"},
+            422: {"description": "a body that is not a batch, or one past a trial's bounds"},
+            429: {"description": "the server holds as many bodies as it may: retry later"},
+        },
     )
     async def ingest(request: Request, after: BackgroundTasks) -> Response:
         principal = principal_of(request)
         require_write(principal)
         scope = _scope_of(request, principal, owners)
-        raw = await _body(request)
-        trial, ended = await run_in_threadpool(_ingest, store, scope, raw)
+        async with budget.hold() as hold:
+            raw = await _body(request, hold)
+            trial, ended = await run_in_threadpool(_ingest, store, scope, raw)
         if ended:
             after.add_task(_pack, store, trial)  # once answered
         return _answer(request, {"trial": trial})

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tunescope.store import Event, Scalar
+from tunescope.store import MAX_NAME_BYTES, MAX_TEXT_BYTES, Event, Scalar, check_json
 from tunescope.store.wire import blobs_doc, doc
 
 __all__ = ["METHODS", "Method"]
@@ -36,10 +36,30 @@ def _num(v: Any, what: str) -> float:
     return float(v)
 
 
-def _str(v: Any, what: str) -> str:
+def _str(v: Any, what: str, limit: int = MAX_TEXT_BYTES) -> str:
     if not isinstance(v, str):
         raise ValueError(f"{what} must be a string")
+    if "\x00" in v:
+        raise ValueError(f"{what} must not hold a NUL character")
+    if len(v) > limit // 4 and len(v.encode("utf-8", "surrogatepass")) > limit:
+        raise ValueError(f"{what} must be at most {limit} bytes of UTF-8")
     return v
+
+
+def _name(v: Any, what: str) -> str:
+    return _str(v, what, MAX_NAME_BYTES)
+
+
+def _count(most: int) -> Check:
+    """An integer from 1 to ``most`` (points, bins, a page's size)."""
+
+    def inner(v: Any, what: str) -> int:
+        n = _int(v, what)
+        if not 1 <= n <= most:
+            raise ValueError(f"{what} must be from 1 to {most}")
+        return n
+
+    return inner
 
 
 def _bool(v: Any, what: str) -> bool:
@@ -51,7 +71,7 @@ def _bool(v: Any, what: str) -> bool:
 def _obj(v: Any, what: str) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise ValueError(f"{what} must be an object")
-    return v
+    return check_json(v, what)
 
 
 def _list_of(check: Check) -> Check:
@@ -87,7 +107,7 @@ def _fields(v: Any, what: str, checks: dict[str, Check]) -> dict[str, Any]:
 def _event(v: Any, what: str) -> Event:
     checks = {
         "trial_id": _int,
-        "kind": _str,
+        "kind": _name,
         "t": _num,
         "name": _opt(_str),
         "step": _opt(_int),
@@ -99,7 +119,7 @@ def _event(v: Any, what: str) -> Event:
 
 
 def _scalar(v: Any, what: str) -> Scalar:
-    checks = {"trial_id": _int, "name": _str, "step": _opt(_int), "t": _num, "value": _num}
+    checks = {"trial_id": _int, "name": _name, "step": _opt(_int), "t": _num, "value": _num}
     return Scalar(**_fields(v, what, checks))
 
 
@@ -134,11 +154,15 @@ def _arrays(r: Any) -> Any:
 
 
 _R = (_int, _REQUIRED)
-_S = (_str, _REQUIRED)
+_S = (_name, _REQUIRED)
 _N = (_num, _REQUIRED)
 _ON = (_opt(_num), None)
-_OS = (_opt(_str), None)
-_KINDS = (_opt(_list_of(_str)), None)
+_OS = (_opt(_name), None)
+_OT = (_opt(_str), None)
+_KINDS = (_opt(_list_of(_name)), None)
+MOST = 10_000
+"""Most points or bins one call may ask for (as the page's routes): what they cost is what
+they ask for. (An ``events`` limit costs only the events there are.)"""
 _FROM = (_num, -math.inf)
 _TO = (_num, math.inf)
 
@@ -172,7 +196,7 @@ METHODS: dict[str, Method] = {
             "trial_id": _R,
             "state": _OS,
             "end": _ON,
-            "error": _OS,
+            "error": _OT,
             "pids": (_opt(_list_of(_int)), None),
             "heartbeat": _ON,
             "only_if_running": (_bool, False),
@@ -181,7 +205,7 @@ METHODS: dict[str, Method] = {
         },
     ),
     "exit_code": Method(False, {"trial_id": _R}),
-    "series": Method(True, {"trial_id": _R, "metric": _S, "device": _OS, "note": _OS, "host": _OS}),
+    "series": Method(True, {"trial_id": _R, "metric": _S, "device": _OS, "note": _OT, "host": _OS}),
     "hosts": Method(False, {"trial_id": _R}),
     "list_series": Method(False, {"trial_id": _R, "metric": _OS}),
     "append_samples": Method(True, {"rows": (_list_of(_sample), _REQUIRED)}),
@@ -203,15 +227,32 @@ METHODS: dict[str, Method] = {
     "_count_events": Method(False, {"trial_id": _R, "start": _N, "end": _N, "kinds": _KINDS}),
     "_fetch_events": Method(False, {"trial_id": _R, "start": _N, "end": _N, "kinds": _KINDS}),
     "_bin_events": Method(
-        False, {"trial_id": _R, "start": _N, "end": _N, "kinds": _KINDS, "bins": _R}
+        False,
+        {
+            "trial_id": _R,
+            "start": _N,
+            "end": _N,
+            "kinds": _KINDS,
+            "bins": (_count(MOST), _REQUIRED),
+        },
     ),
     "add_scalars": Method(True, {"scalars": (_list_of(_scalar), _REQUIRED)}),
     "scalars": Method(False, {"trial_id": _R, "name": _OS}),
     "scalar_names": Method(False, {"trial_id": _R}),
     "read_samples": Method(False, {"series_id": _R, "start": _FROM, "end": _TO}, _arrays),
-    "window": Method(False, {"series_id": _R, "start": _N, "end": _N, "points": _R}),
+    "window": Method(
+        False,
+        {"series_id": _R, "start": _N, "end": _N, "points": (_count(MOST), _REQUIRED)},
+    ),
     "events": Method(
-        False, {"trial_id": _R, "start": _N, "end": _N, "kinds": _KINDS, "limit": (_int, 2000)}
+        False,
+        {
+            "trial_id": _R,
+            "start": _N,
+            "end": _N,
+            "kinds": _KINDS,
+            "limit": (_count(2**31 - 1), 2000),
+        },
     ),
     "count_events": Method(False, {"trial_id": _R, "start": _FROM, "end": _TO, "kinds": _KINDS}),
     "latest": Method(False, {"trial_id": _R}),

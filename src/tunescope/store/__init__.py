@@ -9,12 +9,16 @@ server (the token in ``$TUNESCOPE_TOKEN``). Precedence: the argument, then the
 from __future__ import annotations
 
 from tunescope.store._batch import (
+    MAX_BATCH_BYTES,
+    MAX_NAME_BYTES,
+    MAX_TEXT_BYTES,
     Batch,
     EventRow,
     SampleRow,
     ScalarRow,
     TrialEnd,
     TrialSpec,
+    check_json,
     new_key,
 )
 from tunescope.store._contract import CHUNK_SAMPLES, LOST_AFTER_S, Store
@@ -42,7 +46,7 @@ from tunescope.store._model import (
 from tunescope.store._open import open_store
 from tunescope.store._pool import PooledStore
 from tunescope.store._spool import ReplayStats, classify, pending, replay, spool_dir, spool_root
-from tunescope.store._sql import SQLStore
+from tunescope.store._sql import MAX_SERIES, SQLStore
 from tunescope.store._tokens import digest as token_digest
 from tunescope.store._url import (
     DEFAULT_STORE,
@@ -62,6 +66,10 @@ __all__ = [
     "EVENT_COLUMNS",
     "EVENT_KINDS",
     "LOST_AFTER_S",
+    "MAX_BATCH_BYTES",
+    "MAX_NAME_BYTES",
+    "MAX_SERIES",
+    "MAX_TEXT_BYTES",
     "SAMPLE_COLUMNS",
     "TRIAL_STATES",
     "Batch",
@@ -86,6 +94,7 @@ __all__ = [
     "Window",
     "Writer",
     "absolute_url",
+    "check_json",
     "check_url",
     "classify",
     "display",

@@ -13,27 +13,60 @@ integer id, so a trial can start recording while the store is unreachable: the b
 the trial's :class:`TrialSpec`, and whichever batch reaches the store first creates the trial
 (and its run). The JSON form (:meth:`Batch.to_json` / :meth:`Batch.from_json`) is what the
 spool keeps on disk; :meth:`Batch.from_json` checks every field and raises ValueError naming
-the first bad one, so a damaged or foreign record is refused whole.
+the first bad one, so a damaged or foreign record is refused whole: the one place batches
+are checked (a server's ingest answers its ValueError with 422). Every number has a range:
+times (and intervals, durations) within :data:`MAX_ABS_TIME_S` of the epoch, sample values
+within float32's (what the store keeps, see ``_codec.py``); names (metrics, devices, hosts,
+runs, trials, projects, event kinds and names, scalar names) are at most
+:data:`MAX_NAME_BYTES` bytes of UTF-8, other text :data:`MAX_TEXT_BYTES`; no text, and no
+key or string inside params, ``where`` or event data, holds a NUL character (databases refuse
+it). A batch whose JSON passes :data:`MAX_BATCH_BYTES` is refused by a server: writers split
+it first (:meth:`Batch.split`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import socket
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
+
+J = TypeVar("J")
 
 __all__ = [
+    "MAX_ABS_TIME_S",
+    "MAX_BATCH_BYTES",
+    "MAX_NAME_BYTES",
+    "MAX_SAMPLE_VALUE",
+    "MAX_TEXT_BYTES",
     "Batch",
     "EventRow",
     "SampleRow",
     "ScalarRow",
     "TrialEnd",
     "TrialSpec",
+    "check_json",
+    "check_sample",
     "new_key",
 ]
+
+MAX_ABS_TIME_S = 1e11
+"""Times are epoch seconds within this of the epoch (years -1200 to 5100): beyond it they
+could not be kept to the millisecond."""
+MAX_SAMPLE_VALUE = 3.4028234663852886e38
+"""The largest sample value magnitude: float32's largest finite number (samples are kept as
+float32)."""
+MAX_NAME_BYTES = 512
+"""Longest name, in bytes of UTF-8."""
+MAX_TEXT_BYTES = 64 * 1024
+"""Longest other text (a series' note, an error message), in bytes of UTF-8."""
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+"""Largest batch a server takes, as JSON (:meth:`Batch.to_json`) once decompressed: a
+flusher's 50,000 events and 50,000 scalars are about 8 MB. :meth:`Batch.split` cuts a larger
+one."""
 
 SampleRow = tuple[str, "str | None", "str | None", float, float]
 """(metric, device, note, t, value): one sample of the series (trial, metric, host, device),
@@ -99,15 +132,17 @@ class TrialSpec:
         s = _obj(v, where.rstrip(".") or "spec")
         return cls(
             key=_key(s.get("key"), f"{where}key"),
-            run=_text(s.get("run"), f"{where}run", empty=False),
-            name=_opt_text(s.get("name"), f"{where}name"),
+            run=_name(s.get("run"), f"{where}run", empty=False),
+            name=_opt_name(s.get("name"), f"{where}name"),
             params=_params(s.get("params", {}), f"{where}params"),
-            host=_text(s.get("host", ""), f"{where}host"),
+            host=_name(s.get("host", ""), f"{where}host"),
             pids=_pids(s.get("pids", []), f"{where}pids"),
-            start=_num(s.get("start"), f"{where}start"),
-            interval=_positive(s.get("interval", 1.0), f"{where}interval"),
-            project=_text(s.get("project", "default"), f"{where}project", empty=False),
-            os_user=_text(s.get("os_user", ""), f"{where}os_user"),
+            start=_time(s.get("start"), f"{where}start"),
+            interval=_time(
+                _positive(s.get("interval", 1.0), f"{where}interval"), f"{where}interval"
+            ),
+            project=_name(s.get("project", "default"), f"{where}project", empty=False),
+            os_user=_name(s.get("os_user", ""), f"{where}os_user"),
         )
 
     @classmethod
@@ -161,6 +196,62 @@ class Batch:
 
     def with_spec(self, spec: TrialSpec | None) -> Batch:
         return replace(self, spec=spec)
+
+    def split(self, limit: int = MAX_BATCH_BYTES) -> list[Batch]:
+        """This batch as batches whose JSON is at most ``limit`` bytes each, to be written in
+        order with the same effect: each carries the spec, the first the trial's changes
+        (heartbeat, pids, params, ``where``), the last its end; samples, events and scalars
+        are shared out in order. Each part's id is made from this batch's id, its place and
+        the number of parts, the same every time, so sending the whole again is still
+        exactly once. ``[self]`` when it fits. ValueError when the changes and one item
+        cannot fit in ``limit``."""
+        if len(self.to_json()) <= limit:
+            return [self]
+        bare = replace(self, samples=(), events=(), scalars=())
+        fixed = len(bare.to_json()) + 64  # the three lists' names and brackets
+        room = limit - fixed
+        items: list[tuple[int, Any, int]] = []
+        for kind, rows in enumerate((self.samples, self.events, self.scalars)):
+            for r in rows:
+                size = len(json.dumps(list(r), separators=(",", ":"), allow_nan=False)) + 1
+                if size > room:
+                    raise ValueError(f"one item of {size} bytes does not fit in {limit}")
+                items.append((kind, r, size))
+        groups: list[list[tuple[int, Any, int]]] = [[]]
+        used = 0
+        for item in items:
+            if used + item[2] > room and groups[-1]:
+                groups.append([])
+                used = 0
+            groups[-1].append(item)
+            used += item[2]
+        n = len(groups)
+        parts = []
+        for i, group in enumerate(groups):
+            kinds: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+            for kind, r, _size in group:
+                kinds[kind].append(r)
+            part = Batch(
+                trial=self.trial,
+                id=hashlib.sha256(f"{self.id}/{i}/{n}".encode()).hexdigest()[:32],
+                spec=self.spec,
+                samples=tuple(kinds[0]),
+                events=tuple(kinds[1]),
+                scalars=tuple(kinds[2]),
+                host=self.host,
+            )
+            if i == 0:
+                part = replace(
+                    part,
+                    heartbeat=self.heartbeat,
+                    pids=self.pids,
+                    params=self.params,
+                    where=self.where,
+                )
+            if i == n - 1:
+                part = replace(part, end=self.end)
+            parts.append(part)
+        return parts
 
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> bytes:
@@ -229,7 +320,7 @@ class Batch:
                 raise ValueError(f"end.state must be one of {', '.join(_END_STATES)}")
             end = TrialEnd(
                 state=state,
-                t=_num(e.get("t"), "end.t"),
+                t=_time(e.get("t"), "end.t"),
                 error=_opt_text(e.get("error"), "end.error"),
                 exit_code=_opt_int(e.get("exit_code"), "end.exit_code"),
                 only_if_running=_bool(e.get("only_if_running", False), "end.only_if_running"),
@@ -245,14 +336,16 @@ class Batch:
             scalars=tuple(
                 _scalar(r, i) for i, r in enumerate(_list(doc.get("scalars"), "scalars"))
             ),
-            heartbeat=None if doc.get("heartbeat") is None else _num(doc["heartbeat"], "heartbeat"),
+            heartbeat=None
+            if doc.get("heartbeat") is None
+            else _time(doc["heartbeat"], "heartbeat"),
             pids=None if doc.get("pids") is None else _pids(doc["pids"], "pids"),
             params=None if doc.get("params") is None else _params(doc["params"], "params"),
             end=end,
-            host=_text(doc["host"], "host")
+            host=_name(doc["host"], "host")
             if "host" in doc
             else (spec.host if spec is not None and spec.host else socket.gethostname()),
-            where=None if doc.get("where") is None else _obj(doc["where"], "where"),
+            where=None if doc.get("where") is None else _json_obj(doc["where"], "where"),
         )
 
 
@@ -275,10 +368,72 @@ def _list(v: Any, what: str) -> list[Any]:
     return v
 
 
-def _text(v: Any, what: str, *, empty: bool = True) -> str:
+def _text(v: Any, what: str, *, empty: bool = True, limit: int = MAX_TEXT_BYTES) -> str:
     if not isinstance(v, str) or (not empty and not v.strip()):
         raise ValueError(f"{what} must be a {'non-empty ' if not empty else ''}string")
+    if "\x00" in v:
+        raise ValueError(f"{what} must not hold a NUL character")
+    if len(v) > limit // 4 and len(v.encode("utf-8", "surrogatepass")) > limit:
+        raise ValueError(f"{what} must be at most {limit} bytes of UTF-8")
     return v
+
+
+def _name(v: Any, what: str, *, empty: bool = True) -> str:
+    return _text(v, what, empty=empty, limit=MAX_NAME_BYTES)
+
+
+def _opt_name(v: Any, what: str) -> str | None:
+    return None if v is None else _name(v, what)
+
+
+def _time(v: Any, what: str) -> float:
+    f = _num(v, what)
+    if abs(f) > MAX_ABS_TIME_S:
+        raise ValueError(f"{what} must be within {MAX_ABS_TIME_S:g} s of the epoch")
+    return f
+
+
+def _value32(v: Any, what: str) -> float:
+    f = _num(v, what)
+    if abs(f) > MAX_SAMPLE_VALUE:
+        raise ValueError(f"{what} must be within float32's range (±{MAX_SAMPLE_VALUE:.7g})")
+    return f
+
+
+def check_sample(t: float, v: float) -> str | None:
+    """What is wrong with a sample at ``t`` of value ``v`` (None: nothing): the ranges
+    :meth:`Batch.from_json` checks, for stores that take samples by other ways."""
+    if not (math.isfinite(t) and math.isfinite(v)):
+        return f"sample at t={t} is not a finite number: {v}"
+    if abs(t) > MAX_ABS_TIME_S:
+        return f"sample time {t} is not within {MAX_ABS_TIME_S:g} s of the epoch"
+    if abs(v) > MAX_SAMPLE_VALUE:
+        return f"sample value {v} is beyond float32's range"
+    return None
+
+
+def check_json(v: J, what: str) -> J:
+    """``v`` (JSON values) unchanged; ValueError when a key or string in it holds a NUL
+    character (walked without recursion: a body's nesting is bounded before it is parsed,
+    a spool record's is not)."""
+    stack: list[Any] = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            if "\x00" in x:
+                raise ValueError(f"{what} must not hold a NUL character")
+        elif isinstance(x, dict):
+            for k, item in x.items():
+                if isinstance(k, str) and "\x00" in k:
+                    raise ValueError(f"{what} must not hold a NUL character")
+                stack.append(item)
+        elif isinstance(x, list):
+            stack.extend(x)
+    return v
+
+
+def _json_obj(v: Any, what: str) -> dict[str, Any]:
+    return check_json(_obj(v, what), what)
 
 
 def _opt_text(v: Any, what: str) -> str | None:
@@ -333,7 +488,7 @@ def _pids(v: Any, what: str) -> tuple[int, ...]:
 
 
 def _params(v: Any, what: str) -> dict[str, Any]:
-    return _obj(v, what)
+    return _json_obj(v, what)
 
 
 def _row(v: Any, n: int, what: str) -> list[Any]:
@@ -345,11 +500,11 @@ def _row(v: Any, n: int, what: str) -> list[Any]:
 def _sample(v: Any, i: int) -> SampleRow:
     r = _row(v, 5, f"samples[{i}]")
     return (
-        _text(r[0], f"samples[{i}].metric", empty=False),
-        _opt_text(r[1], f"samples[{i}].device"),
+        _name(r[0], f"samples[{i}].metric", empty=False),
+        _opt_name(r[1], f"samples[{i}].device"),
         _opt_text(r[2], f"samples[{i}].note"),
-        _num(r[3], f"samples[{i}].t"),
-        _num(r[4], f"samples[{i}].value"),
+        _time(r[3], f"samples[{i}].t"),
+        _value32(r[4], f"samples[{i}].value"),
     )
 
 
@@ -359,21 +514,21 @@ def _event(v: Any, i: int) -> EventRow:
     if data is not None and not isinstance(data, dict):
         raise ValueError(f"events[{i}].data must be an object or null")
     return (
-        _text(r[0], f"events[{i}].kind", empty=False),
-        _num(r[1], f"events[{i}].t"),
-        _opt_text(r[2], f"events[{i}].name"),
+        _name(r[0], f"events[{i}].kind", empty=False),
+        _time(r[1], f"events[{i}].t"),
+        _opt_name(r[2], f"events[{i}].name"),
         _opt_int(r[3], f"events[{i}].step"),
-        _opt_num(r[4], f"events[{i}].duration"),
+        None if r[4] is None else _time(r[4], f"events[{i}].duration"),
         _opt_num(r[5], f"events[{i}].value"),
-        data,
+        None if data is None else check_json(data, f"events[{i}].data"),
     )
 
 
 def _scalar(v: Any, i: int) -> ScalarRow:
     r = _row(v, 4, f"scalars[{i}]")
     return (
-        _text(r[0], f"scalars[{i}].name", empty=False),
+        _name(r[0], f"scalars[{i}].name", empty=False),
         _opt_int(r[1], f"scalars[{i}].step"),
-        _num(r[2], f"scalars[{i}].t"),
+        _time(r[2], f"scalars[{i}].t"),
         _num(r[3], f"scalars[{i}].value"),
     )

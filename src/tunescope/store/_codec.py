@@ -32,7 +32,11 @@ they are; version 2, an 8-byte marker (a float64 NaN, which a version 1 blob, st
 its finite first time, never begins with) then zlib of the byte-shuffled records
 (gap and span in ms, count, min, max, sum), about a quarter of the size.
 
-Encoding bad input (unsorted times, no samples) is a programming error: ValueError. Decoding
+Encoding refuses, with ValueError, what it cannot give back exactly: times beyond
+:data:`MAX_ABS_TIME_S` of the epoch (or not finite), finite values beyond float32's range
+(infinities and NaN are float32 values, kept bit for bit); and bad input (unsorted times, no
+samples), a programming error. Batches are checked against the same ranges before they reach
+a store (``_batch.py``), so a stored sample is always one the codec can pack. Decoding
 bytes that are not what encoding made (a damaged database) raises
 :class:`~tunescope.errors.CorruptData` with a one-line message, never ValueError, zlib.error,
 lzma.LZMAError or struct.error; the store then skips that chunk (see ``Store.window``).
@@ -49,10 +53,12 @@ import numpy as np
 import numpy.typing as npt
 
 from tunescope.errors import CorruptData
+from tunescope.store._batch import MAX_ABS_TIME_S, MAX_SAMPLE_VALUE
 
 __all__ = [
     "BLOCK_DTYPE",
     "BLOCK_SAMPLES",
+    "MAX_ABS_TIME_S",
     "MAX_DELTA_MS",
     "check_chunks",
     "decode",
@@ -186,11 +192,19 @@ def encode(ts: F64, vs: F64) -> bytes:
     """Pack sorted timestamps (epoch seconds) and values into one blob (version 2).
 
     Raises ValueError if the times are not sorted or two neighbours are more than
-    about 24 days apart (the caller starts a new chunk there).
+    about 24 days apart (the caller starts a new chunk there), and for what it cannot give
+    back exactly (see the module doc).
     """
     n = len(ts)
     if n == 0 or n != len(vs):
         raise ValueError("a chunk needs one or more samples and as many values as times")
+    t64 = np.asarray(ts, dtype=np.float64)
+    if not np.all(np.abs(t64) <= MAX_ABS_TIME_S):  # also NaN
+        raise ValueError(f"chunk times must be within {MAX_ABS_TIME_S:g} s of the epoch")
+    v64 = np.asarray(vs, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        if np.any(np.isfinite(v64) & (np.abs(v64) > MAX_SAMPLE_VALUE)):
+            raise ValueError("chunk values must be within float32's range")
     ms = np.round(np.asarray(ts, dtype=np.float64) * 1000.0).astype(np.int64)
     deltas = np.diff(ms)
     if deltas.size and (deltas.min() < 0 or deltas.max() > MAX_DELTA_MS):

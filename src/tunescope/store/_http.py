@@ -4,7 +4,8 @@ Every contract method is one request to the server's store routes (``POST
 /api/v1/store/METHOD``, docs/api.md), which run it on the server's own store, scoped to the
 token's project; derived queries (windows, events, ``read_samples``) run there too, so each
 costs one request. :meth:`HttpStore.write` posts the batch, gzip-compressed, to ``POST
-/api/v1/ingest``: one request per batch, written there exactly once by its id.
+/api/v1/ingest``: one request per batch, written there exactly once by its id; a batch
+larger than a server takes (:data:`~tunescope.store._batch.MAX_BATCH_BYTES`) goes in parts.
 
 * **Credentials.** The token comes from ``$TUNESCOPE_TOKEN`` (read when the store is opened),
   never from the URL or a command line, and is never shown: a refused or missing token is an
@@ -35,7 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tunescope.errors import Rejected, StoreError
-from tunescope.store._batch import Batch
+from tunescope.store._batch import MAX_BATCH_BYTES, Batch
 from tunescope.store._client import INGEST_PATH, Client
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store
@@ -194,15 +195,24 @@ class HttpStore(Store):
         return self._get("create_trial", args, trial_of, retry=False)
 
     def write(self, batch: Batch) -> int:
+        """Post the batch; one larger than the server takes (:data:`MAX_BATCH_BYTES`) is
+        split first (:meth:`Batch.split`) and its parts posted in order, each exactly once
+        by its own id (a part that landed before a failure is skipped when the whole is sent
+        again)."""
         try:
-            raw = batch.to_json()
+            parts = batch.split(MAX_BATCH_BYTES)
         except (TypeError, ValueError) as exc:
             raise Rejected(f"a batch may hold only finite numbers and JSON values: {exc}") from None
-        body = gzip.compress(raw, compresslevel=6, mtime=0)
-        answer = self._client.post(INGEST_PATH, body, compressed=True, retry=True)
-        trial = answer.get("trial")
-        if isinstance(trial, bool) or not isinstance(trial, int):
-            raise StoreError(f"{self.url} answered a batch without its trial's id")
+        trial: int | None = None
+        for part in parts:
+            raw = part.to_json()
+            body = gzip.compress(raw, compresslevel=6, mtime=0)
+            answer = self._client.post(INGEST_PATH, body, compressed=True, retry=True)
+            got = answer.get("trial")
+            if isinstance(got, bool) or not isinstance(got, int):
+                raise StoreError(f"{self.url} answered a batch without its trial's id")
+            trial = got
+        assert trial is not None
         return trial
 
     def trial_by_key(self, key: str) -> TrialInfo:

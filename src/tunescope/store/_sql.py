@@ -32,7 +32,14 @@ import numpy as np
 
 from tunescope._kept import Kept
 from tunescope.errors import Conflict, NotFound, Rejected, SchemaError, StoreError, StoreUnavailable
-from tunescope.store._batch import Batch, EventRow, ScalarRow, TrialSpec, new_key
+from tunescope.store._batch import (
+    Batch,
+    EventRow,
+    ScalarRow,
+    TrialSpec,
+    check_sample,
+    new_key,
+)
 from tunescope.store._codec import F64, MAX_DELTA_MS, decode, encode, encode_blocks, to_stored
 from tunescope.store._contract import CHUNK_SAMPLES, Store
 from tunescope.store._heal import Lost, retrying
@@ -51,6 +58,10 @@ _TRIAL_COLS = (
 )
 
 CACHE_SIZE = 50_000
+MAX_SERIES = 4096
+"""Most series (metrics x devices x hosts) one trial may have: a write that would make
+more is refused with ValueError (422 on a server). ``tunescope serve --max-series`` sets
+a server's (a store's :attr:`SQLStore.max_series`)."""
 """Entries each id cache of a store keeps (series by id, series by name, trials by key)."""
 BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 1.0
@@ -115,6 +126,8 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
     (:meth:`_is_lost`), begin transactions and list tables."""
 
     dialect: Dialect
+    max_series: int = MAX_SERIES
+    """Most series one trial may have (:data:`MAX_SERIES`)."""
 
     def __init__(self, url: str, *, create: bool = True, project: str = "default") -> None:
         self.url = url
@@ -687,8 +700,9 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                     raise Conflict(f"batch {batch.id!r} was written before with other content")
                 return int(was_tid)
             for metric, _device, _note, t, v in batch.samples:
-                if not (math.isfinite(t) and math.isfinite(v)):
-                    raise Rejected(f"sample of {metric} at t={t} is not a finite number: {v}")
+                problem = check_sample(t, v)
+                if problem is not None:
+                    raise Rejected(f"{metric}: {problem}")
             ids = self._series_ids_in(
                 cur, tid, batch.host, [(m, d, n) for m, d, n, _t, _v in batch.samples]
             )
@@ -873,6 +887,14 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         if missing:
             if self._q(cur, "SELECT 1 FROM trials WHERE id = ?", (trial_id,)).fetchone() is None:
                 raise NotFound(f"no trial with id {trial_id} in {self.url}")
+            (count,) = self._q(
+                cur, "SELECT COUNT(*) FROM series WHERE trial_id = ?", (trial_id,)
+            ).fetchone()
+            if int(count) + len(missing) > self.max_series:
+                raise Rejected(
+                    f"trial {trial_id} would have {int(count) + len(missing)} series (metrics "
+                    f"x devices x hosts), more than the {self.max_series} a trial may have"
+                )
             cur.executemany(
                 self._sql(
                     "INSERT INTO series (trial_id, metric, host, device, note) VALUES "
@@ -939,8 +961,9 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
         count = 0
         for sid, t, v in rows:
-            if v is None or not math.isfinite(v) or not math.isfinite(t):
-                raise Rejected(f"sample of series {sid} at t={t} is not a finite number: {v}")
+            problem = "no value" if v is None else check_sample(t, v)
+            if problem is not None:
+                raise Rejected(f"series {sid}: {problem}")
             by_series[_sql_int(int(sid))].append((t, v))
             count += 1
         if not count:

@@ -42,6 +42,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 import tunescope._protocol as protocol
+from tunescope import _clock
 from tunescope._once import Once
 from tunescope.collect._loop import (
     MIN_INTERVAL,
@@ -198,6 +199,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
         )
     if bool(command) == (args.pid is not None):
         parser().error("give either --pid (watch mode) or --exec -- CMD (run mode)")
+    _clock.start()  # the trial's anchor, from the launcher's environment (see _clock)
     status = _Status(args.status_fd)
     stop = StopSignal()
     root: Root
@@ -363,7 +365,7 @@ def _await_word(stop: StopSignal) -> None:
 def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:
     from tunescope.store import TrialEnd
 
-    now = time.time()
+    now = _clock.now()
     if stop.reason == "stop":
         return None
     if stop.reason == "exit" and stop.code is not None:

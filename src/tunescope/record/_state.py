@@ -19,7 +19,7 @@ Trainer's ``global_step``) records them explicitly.
 While torch compiles, the hook is called through ``torch.compiler.disable``, so that
 ``torch.compile`` never traces into it: a compiled training step that calls
 ``optimizer.step()`` gets no warning and no graph break from us (Dynamo cannot trace
-``time.time`` nor the thread-local lookup), and the hook still runs, eagerly, once per step.
+the clock nor the thread-local lookup), and the hook still runs, eagerly, once per step.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections import deque
 from typing import Any
+
+from tunescope import _clock
 
 __all__ = [
     "MAX_BUFFER",
@@ -88,7 +89,7 @@ _local = _Local()
 _stack: list[Recorder] = []
 _top: Recorder | None = None
 _lock = threading.Lock()
-_time = time.time
+_time = _clock.now
 
 
 def on_optimizer_step(optimizer: object, args: object, kwargs: object) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
@@ -150,6 +150,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 6: events by kind, so a window of one kind (a chart's sampler gaps, its evaluations)
     #    reads only that kind's rows, not every optimizer step of the window around them
     ("CREATE INDEX events_by_kind ON events (trial_id, kind, t)",),
+    # 7 (issue 18, rule 5: lost on the store's clock): the store's own time when a trial's
+    #    heartbeat last moved forward, so that `lost` never compares a writer's clock with a
+    #    reader's (NULL: judge by the heartbeat, as a direct update_trial names it)
+    ("ALTER TABLE trials ADD COLUMN t_seen {real}",),
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -33,6 +33,7 @@ SQLITE = Dialect(
     greatest="MAX",
     floor_int="CAST({x} AS INTEGER)",
     for_update="",
+    now="((julianday('now') - 2440587.5) * 86400.0)",
 )
 
 BUSY_TIMEOUT_S = 5.0

@@ -392,7 +392,7 @@ def _linger(writer: Writer, url: str, logger: logging.Logger) -> None:
         )
         return
     try:
-        with open_store(url) as st:
+        with open_store(url, create=False) as st:  # never a new store where one went away
             stats = replay(url, st.write, deadline=deadline)
     except TunescopeError as exc:
         logger.info("replaying the spool left for later (%s)", exc)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from fault_helpers import (
+    TRAINING,
     finish_training,
     gaps,
     only_trial,
@@ -182,3 +185,26 @@ def test_a_host_two_minutes_behind_still_reads_running(any_store_url: str, tmp_p
     assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)
     info = _kept_on_axis(url, result, lo + skew - SLACK, hi + skew + SLACK)
     assert info.end - info.start >= SECONDS
+
+
+def test_a_clock_step_under_tunescope_run_moves_no_time(sqlite_url: str, tmp_path: Path) -> None:
+    """``tunescope run``'s tree (the wrapper, its sampler, the command recording through the
+    SDK) steps +10 min a third of the way in: one axis for all, nothing moved."""
+    env, step_file, proofs = _shimmed(tmp_path)
+    open_store(sqlite_url).close()
+    lo = time.time()
+    argv = [
+        sys.executable, "-m", "tunescope", "run", "--store", sqlite_url, "--run", "faults",
+        "--interval", str(INTERVAL), "--",
+        sys.executable, "-c", TRAINING, "", str(SECONDS), str(INTERVAL), "no",
+    ]  # fmt: skip
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "started"
+    time.sleep(SECONDS / 3)
+    step_file.write_text("600.0", encoding="utf-8")
+    result = finish_training(p)
+    wait_samplers_gone(str(result["key"]))
+    hi = time.time()
+    assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)  # the sampler and the command
+    _kept_on_axis(sqlite_url, result, lo - SLACK, hi + SLACK)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tunescope import _clock
+import tunescope._clock as _clock
 from tunescope._once import Once
 from tunescope.collect._host import HostProbe, start_and_state
 from tunescope.collect._once import LOGGER_NAME

@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
+import tunescope._clock as _clock
 import tunescope._protocol as protocol
-from tunescope import _clock
 from tunescope._once import Once
 from tunescope.collect._loop import (
     MIN_INTERVAL,

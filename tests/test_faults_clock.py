@@ -208,3 +208,48 @@ def test_a_clock_step_under_tunescope_run_moves_no_time(sqlite_url: str, tmp_pat
     hi = time.time()
     assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)  # the sampler and the command
     _kept_on_axis(sqlite_url, result, lo - SLACK, hi + SLACK)
+
+
+def test_the_anchor_is_shared_within_a_boot_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial's anchor goes into $TUNESCOPE_CLOCK while it is open and leaves with it; a
+    child adopts it (one axis); a value of another boot (a node that inherited it) is not
+    adopted; nested trials keep one anchor."""
+    code = textwrap.dedent(
+        """
+        import os, sys, time
+        from tunescope import _clock
+        print(repr(_clock.now() - time.monotonic()), _clock.ENV_CLOCK in os.environ)
+        """
+    )
+
+    def child() -> tuple[float, bool]:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
+        return float(out[0]), out[1] == "True"
+
+    monkeypatch.delenv("TUNESCOPE_CLOCK", raising=False)
+    from tunescope import _clock
+
+    monkeypatch.setattr(_clock, "_held", 0)
+    monkeypatch.setattr(_clock, "_put", None)
+    _clock.start()
+    offset = _clock.now() - time.monotonic()
+    value = os.environ["TUNESCOPE_CLOCK"]
+    _clock.start()  # a second trial of the process, nested: the same anchor
+    assert os.environ["TUNESCOPE_CLOCK"] == value
+    got, inherited = child()
+    assert inherited and abs(got - offset) < 1e-6  # the child's clock is the trial's
+    _clock.stop()
+    assert os.environ["TUNESCOPE_CLOCK"] == value  # the outer trial is still open
+    _clock.stop()
+    assert "TUNESCOPE_CLOCK" not in os.environ
+    other = f"{offset + 3600!r}@another-boot"
+    monkeypatch.setenv("TUNESCOPE_CLOCK", other)
+    got, _ = child()
+    assert abs(got - offset) < 1.0  # its own anchor, not the other boot's hour
+    _clock.start()
+    assert abs(_clock.now() - time.monotonic() - offset) < 1.0
+    assert os.environ["TUNESCOPE_CLOCK"] != other
+    _clock.stop()
+    assert os.environ["TUNESCOPE_CLOCK"] == other  # as it was

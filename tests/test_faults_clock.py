@@ -253,3 +253,27 @@ def test_the_anchor_is_shared_within_a_boot_only(monkeypatch: pytest.MonkeyPatch
     assert os.environ["TUNESCOPE_CLOCK"] != other
     _clock.stop()
     assert os.environ["TUNESCOPE_CLOCK"] == other  # as it was
+
+
+def test_lost_is_judged_on_the_stores_clock(any_store_url: str) -> None:
+    """The contract's promise (Store.write, derive_state), on every backend: a batch whose
+    heartbeat comes from a clock an hour behind leaves its trial ``running``; a heartbeat a
+    caller names with update_trial is judged by that time; a batch whose heartbeat is older
+    than the trial's (a writer whose clock is behind another's) still says it is alive, and
+    never moves the heartbeat back."""
+    from tunescope.store import Batch, TrialSpec, new_key
+
+    behind = time.time() - 3600
+    with open_store(any_store_url) as st:
+        key = new_key()
+        spec = TrialSpec(key=key, run="skew", name="t", start=behind, interval=1.0)
+        st.write(Batch(key, spec=spec))
+        assert st.trial_by_key(key).state == "running"  # created now, on the store's clock
+        st.write(Batch(key, heartbeat=behind + 5))
+        info = st.trial_by_key(key)
+        assert info.state == "running" and info.heartbeat == behind + 5
+        assert st.update_trial(info.id, heartbeat=behind + 6)  # a time the caller names
+        assert st.trial_by_key(key).state == "lost"
+        st.write(Batch(key, heartbeat=behind + 1))  # a writer further behind: alive too
+        info = st.trial_by_key(key)
+        assert info.state == "running" and info.heartbeat == behind + 6

@@ -154,9 +154,9 @@ class Store(abc.ABC):
         suffix), and NotFound is raised when there is no spec. Samples older than a series'
         newest are merged in; ``heartbeat`` never moves back; ``pids`` add to the trial's;
         ``heartbeat``, ``pids`` and an ``end`` with ``only_if_running`` change a running trial
-        only. A batch whose ``heartbeat`` moves the trial's forward (or the first that
-        reaches a trial) notes the store's own time, by which :meth:`derive_state` judges
-        ``lost``: the writer's clock is never compared with a reader's."""
+        only. A batch with a ``heartbeat`` (and one that creates its trial) notes the
+        store's own time, by which :meth:`derive_state` judges ``lost``: the writer's clock
+        is never compared with a reader's."""
 
     @abc.abstractmethod
     def trial_by_key(self, key: str) -> TrialInfo:

@@ -151,7 +151,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     #    reads only that kind's rows, not every optimizer step of the window around them
     ("CREATE INDEX events_by_kind ON events (trial_id, kind, t)",),
     # 7 (issue 18, rule 5: lost on the store's clock): the store's own time when a trial's
-    #    heartbeat last moved forward, so that `lost` never compares a writer's clock with a
+    #    last heartbeat landed, so that `lost` never compares a writer's clock with a
     #    reader's (NULL: judge by the heartbeat, as a direct update_trial names it)
     ("ALTER TABLE trials ADD COLUMN t_seen {real}",),
 )

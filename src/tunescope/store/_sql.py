@@ -751,22 +751,23 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             )
 
     def _stamp_seen(self, cur: Any, tid: int, heartbeat: float | None) -> None:
-        """The store's clock notes that a running trial's writer is alive: when the batch's
-        heartbeat moves the trial's forward, or the trial has no such note yet (a batch just
-        created it). A replayed old batch moves nothing."""
+        """The store's clock notes that a running trial's writer is alive: at every batch
+        with a heartbeat (whatever its writer's clock says: a node whose clock is ahead must
+        not silence the others), and at a batch without one while no heartbeat has reached
+        the trial yet (a batch just created it). A spooled batch replayed late counts too:
+        its trial reads ``running`` for LOST_AFTER_S after it, at most."""
         if heartbeat is None:
             self._q(
                 cur,
-                f"UPDATE trials SET t_seen = {STORE_NOW} "
-                "WHERE id = ? AND state = 'running' AND t_seen IS NULL",
+                f"UPDATE trials SET t_seen = {STORE_NOW} WHERE id = ? AND state = 'running' "
+                "AND t_seen IS NULL AND COALESCE(heartbeat, t_start) = t_start",
                 (tid,),
             )
             return
         self._q(
             cur,
-            f"UPDATE trials SET t_seen = {STORE_NOW} WHERE id = ? AND state = 'running' "
-            "AND (t_seen IS NULL OR COALESCE(heartbeat, 0) < ?)",
-            (tid, heartbeat),
+            f"UPDATE trials SET t_seen = {STORE_NOW} WHERE id = ? AND state = 'running'",
+            (tid,),
         )
 
     # ------------------------------------------------------------------ where trials ran

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 
-__all__ = ["ENV_CLOCK", "now", "start", "stop"]
+__all__ = ["ENV_CLOCK", "at", "now", "start", "stop"]
 
 ENV_CLOCK = "TUNESCOPE_CLOCK"
 
@@ -83,6 +83,16 @@ def now() -> float:
     if off is None:
         off = _first()
     return off + time.monotonic()
+
+
+def at(mono: float) -> float:
+    """A ``time.monotonic()`` reading on the anchor's axis (for a hook that may call nothing
+    but C: it keeps the reading, and the flusher converts it while the trial holds the
+    anchor)."""
+    off = _offset
+    if off is None:
+        off = _first()
+    return off + mono
 
 
 def _first() -> float:

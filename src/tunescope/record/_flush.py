@@ -291,7 +291,8 @@ class Flusher:
         scalars = self._scalars(_drain(rec.scalars))
         events: list[EventRow] = []
         samples: list[SampleRow] = []
-        for t, opt in steps:
+        for mono, opt in steps:
+            t = _clock.at(mono)  # the hook kept the monotonic clock: the trial's, now
             k, n = self._numbers.next(opt)
             events.append(
                 (

@@ -339,6 +339,7 @@ def test_collect_imports_only_metrics_store_and_errors() -> None:
         "tunescope._once",
         "tunescope._protocol",
         "tunescope._gpuid",
+        "tunescope._clock",
     )
     for path in COLLECT_DIR.rglob("*.py"):
         tree = ast.parse(path.read_text())

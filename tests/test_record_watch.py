@@ -22,7 +22,7 @@ EXACT = 1e-9  # float rounding of sums of the steps above
 
 
 class Clock:
-    """Stands in for the ``time`` module of ``tunescope.record._watch``: wall and
+    """Stands in for the ``time`` and ``_clock`` modules of ``tunescope.record._watch``: wall and
     performance-counter time advance together, only through :meth:`advance`. With ``real``
     the real time passes too (for the flusher, which runs on the real clock)."""
 
@@ -32,6 +32,9 @@ class Clock:
         self.real = False
 
     def time(self) -> float:
+        return self.wall
+
+    def now(self) -> float:  # as tunescope._clock.now, the trial's clock
         return self.wall
 
     def perf_counter(self) -> float:
@@ -48,6 +51,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock(time.time())
     monkeypatch.setattr(_watch, "time", c)
+    monkeypatch.setattr(_watch, "_clock", c)
     return c
 
 

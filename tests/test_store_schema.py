@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
@@ -127,9 +127,27 @@ def test_a_version_4_database_gives_every_series_its_trials_host(
     monkeypatch.setattr(_sql, "SCHEMA_VERSION", 4)
     with closing(open_store(store_url)) as old:
         assert isinstance(old, _sql.SQLStore) and old.schema_version() == 4
-        run = old.ensure_run("r", 100.0)
-        a = old.create_trial(run.id, "a", host="node-a", start=100.0)
-        b = old.create_trial(run.id, "b", host="node-b", start=100.0)
+        with old._tx(write=True) as cur:  # as version 4 wrote runs and trials (no column
+            # of a later version)
+            run = SimpleNamespace(
+                id=old._q(
+                    cur,
+                    "INSERT INTO runs (project_id, name, t_start) VALUES "
+                    "((SELECT id FROM projects WHERE name = 'default'), 'r', 100.0) RETURNING id",
+                ).fetchone()[0]
+            )
+            ids = []
+            for name in ("a", "b"):
+                ids.append(
+                    old._q(
+                        cur,
+                        "INSERT INTO trials (run_id, name, params, state, host, pids, t_start, "
+                        "interval_s, trial_key) VALUES (?, ?, '{}', 'running', ?, '[]', 100.0, "
+                        "1.0, ?) RETURNING id",
+                        (run.id, name, f"node-{name}", f"key-{name}"),
+                    ).fetchone()[0]
+                )
+        a, b = (SimpleNamespace(id=i) for i in ids)
         with old._tx(write=True) as cur:
             for tid, metric, device in (
                 (a.id, "gpu.util", "0"),

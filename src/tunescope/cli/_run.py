@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 import tunescope._protocol as protocol
+from tunescope import _clock
 from tunescope.collect import spawn
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 from tunescope.record import (
@@ -192,7 +193,7 @@ def run_command(
         name=trial,
         params=parsed,
         host=socket.gethostname(),
-        start=time.time(),
+        start=_clock.start(),  # the trial's anchor, inherited by the sampler and CMD
         interval=interval,
         project=project,
         os_user=os_user(),
@@ -248,7 +249,7 @@ class _Wrapper:
         self.code: int | None = None
         self.watcher: SamplerHandle | None = None
         self.restarts = 0
-        self.alive_at = time.time()
+        self.alive_at = _clock.now()
         self.log: IO[bytes] | None = None
         self._buf = b""
         self._pending_signals: list[int] = []
@@ -363,7 +364,7 @@ class _Wrapper:
                 elif word == protocol.EXIT and arg.lstrip("-").isdigit():
                     self.code = int(arg)
             if not final:
-                self.alive_at = time.time()
+                self.alive_at = _clock.now()
 
     def _sampler_died(self, returncode: int | None, reaper: bool) -> None:
         """The run-mode sampler ended before the command: the command is now our child."""
@@ -400,7 +401,7 @@ class _Wrapper:
         if w is None or self.code is not None:
             return
         if w.poll() is None:
-            self.alive_at = time.time()
+            self.alive_at = _clock.now()
             return
         if self.restarts >= MAX_RESTARTS:
             self.watcher = None

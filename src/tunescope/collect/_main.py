@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
+import tunescope._clock as _clock
 import tunescope._protocol as protocol
 from tunescope._once import Once
 from tunescope.collect._loop import (
@@ -58,7 +59,7 @@ from tunescope.errors import TunescopeError
 
 if TYPE_CHECKING:
     from tunescope.collect._gpu import GpuBackend
-    from tunescope.store import Batch, TrialEnd, TrialSpec, Writer
+    from tunescope.store import Batch, Store, TrialEnd, TrialSpec, Writer
 
 __all__ = ["LINGER_S", "main", "parser"]
 
@@ -198,6 +199,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
         )
     if bool(command) == (args.pid is not None):
         parser().error("give either --pid (watch mode) or --exec -- CMD (run mode)")
+    _clock.start()  # the trial's anchor, from the launcher's environment (see _clock)
     status = _Status(args.status_fd)
     stop = StopSignal()
     root: Root
@@ -242,6 +244,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     sampler.flush_every = math.inf
     sampler.sample()
     loading = _Loading(args.trial_key, args.trial, root.pid, log, logger)
+    loading.create = args.gap_since is None  # a restarted sampler's store was there before
     loading.start()
     sampler.run(loading.done, root)
     loading.join()
@@ -295,6 +298,9 @@ class _Loading(threading.Thread):
         self.key: str | None = None
         self.writer: Writer | None = None
         self.gpu: GpuBackend | None = None
+        self.create = True
+        """Whether the writer may create the store; a restarted sampler's may not: the store
+        was there when its trial began, and one that went away is not made anew, empty."""
 
     def run(self) -> None:
         try:
@@ -320,11 +326,21 @@ class _Loading(threading.Thread):
                 self._logger.error("ignoring a bad %s: %s", protocol.ENV_SPEC, exc)
         self.key = key = key or _key_of(url, trial or 0)
         self.writer = Writer(
-            url, spec=spec if spec and spec.key == key else None, name="sampler", log=self._log
+            url,
+            spec=spec if spec and spec.key == key else None,
+            name="sampler",
+            log=self._log,
+            store_factory=None if self.create else _existing,
         )
         from tunescope.collect._gpu import open_gpu_backend
 
         self.gpu = open_gpu_backend(pid, log=self._log)
+
+
+def _existing(url: str) -> Store:
+    from tunescope.store import open_store
+
+    return open_store(url, create=False)
 
 
 class _NoStoreYet:
@@ -363,7 +379,7 @@ def _await_word(stop: StopSignal) -> None:
 def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:
     from tunescope.store import TrialEnd
 
-    now = time.time()
+    now = _clock.now()
     if stop.reason == "stop":
         return None
     if stop.reason == "exit" and stop.code is not None:
@@ -390,7 +406,7 @@ def _linger(writer: Writer, url: str, logger: logging.Logger) -> None:
         )
         return
     try:
-        with open_store(url) as st:
+        with open_store(url, create=False) as st:  # never a new store where one went away
             stats = replay(url, st.write, deadline=deadline)
     except TunescopeError as exc:
         logger.info("replaying the spool left for later (%s)", exc)

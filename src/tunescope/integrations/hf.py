@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import atexit
 import sys
-import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -60,6 +59,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 import tunescope.record as ts
+from tunescope import _clock
 from tunescope.integrations._common import safe
 
 __all__ = ["TunescopeCallback"]
@@ -400,7 +400,7 @@ class TunescopeCallback(TrainerCallback):  # type: ignore[misc]
             if key.endswith("_runtime") and isinstance(value, (int, float)):
                 name, duration = key[: -len("_runtime")], float(value)
                 break
-        trial.record_evaluation(name, time.time() - duration, duration, step=state.global_step)
+        trial.record_evaluation(name, _clock.now() - duration, duration, step=state.global_step)
 
     @safe
     def on_log(

@@ -23,11 +23,11 @@ import math
 import os
 import sys
 import threading
-import time
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING, TypeVar
 
+from tunescope import _clock
 from tunescope.record._safety import LOG, Once
 from tunescope.record._state import Recorder
 from tunescope.store import Batch, EventRow, SampleRow, ScalarRow, TrialEnd, Writer
@@ -170,7 +170,7 @@ class Flusher:
         self._stop = threading.Event()
         self._end: TrialEnd | None = None
         self._numbers = _StepNumbers()
-        self._last = time.time()
+        self._last = _clock.now()
         self._stepped = False
         self._thread = threading.Thread(
             target=self._loop, daemon=True, name=f"tunescope-flush-{rec.key[:8]}"
@@ -178,7 +178,7 @@ class Flusher:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        self._last = time.time()
+        self._last = _clock.now()
         self._thread.start()
 
     def close(self, end: TrialEnd | None = None, timeout: float = 1.0) -> None:
@@ -228,7 +228,7 @@ class Flusher:
     def flush(self, *, end: TrialEnd | None = None) -> None:
         """Drain, derive, hand to the writer. Never raises."""
         try:
-            now = time.time()
+            now = _clock.now()
             events, scalars, samples = self._collect(now)
             key = self.rec.key
             while True:  # a burst is cut into batches of MAX_BATCH items
@@ -291,7 +291,8 @@ class Flusher:
         scalars = self._scalars(_drain(rec.scalars))
         events: list[EventRow] = []
         samples: list[SampleRow] = []
-        for t, opt in steps:
+        for mono, opt in steps:
+            t = _clock.at(mono)  # the hook kept the monotonic clock: the trial's, now
             k, n = self._numbers.next(opt)
             events.append(
                 (

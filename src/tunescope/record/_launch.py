@@ -26,6 +26,7 @@ import time
 from typing import IO
 
 import tunescope._protocol as protocol
+from tunescope import _clock
 from tunescope.record._env import ENV_STORE
 from tunescope.record._safety import LOG
 from tunescope.store import TrialSpec
@@ -269,7 +270,7 @@ class Supervised:
         self._node = node
         self._lock = threading.Lock()
         self.restarts = 0
-        self._alive_at = time.time()
+        self._alive_at = _clock.now()
         self.handle = start_sampler(url, spec, pid, interval, node=node)
 
     def check(self) -> None:
@@ -279,7 +280,7 @@ class Supervised:
                 return
             code = h.poll()
             if code is None:
-                self._alive_at = time.time()
+                self._alive_at = _clock.now()
                 return
             url, spec, pid, interval = self._args
             if self.restarts >= MAX_RESTARTS:

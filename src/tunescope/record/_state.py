@@ -19,7 +19,7 @@ Trainer's ``global_step``) records them explicitly.
 While torch compiles, the hook is called through ``torch.compiler.disable``, so that
 ``torch.compile`` never traces into it: a compiled training step that calls
 ``optimizer.step()`` gets no warning and no graph break from us (Dynamo cannot trace
-``time.time`` nor the thread-local lookup), and the hook still runs, eagerly, once per step.
+the clock nor the thread-local lookup), and the hook still runs, eagerly, once per step.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ class Recorder:
         """Whether the torch hook records this trial's optimizer steps (an integration that
         knows the real step numbers turns it off and records them as events itself)."""
         self.steps: deque[tuple[float, object]] = deque(maxlen=MAX_BUFFER)
-        """(t, optimizer) per optimizer step; numbered by the flusher."""
+        """(``time.monotonic()``, optimizer) per optimizer step; numbered, and put on the
+        trial's clock, by the flusher."""
         self.events: deque[EventRow] = deque(maxlen=MAX_BUFFER)
         self.scalars: deque[tuple[str, int | None, float, object]] = deque(maxlen=MAX_BUFFER)
         """(name, step, t, value): value a float, or a detached one-element tensor that the
@@ -88,7 +89,8 @@ _local = _Local()
 _stack: list[Recorder] = []
 _top: Recorder | None = None
 _lock = threading.Lock()
-_time = time.time
+_time = time.monotonic
+"""The hook's clock: one C call; the flusher puts its readings on the trial's (``_clock.at``)."""
 
 
 def on_optimizer_step(optimizer: object, args: object, kwargs: object) -> None:

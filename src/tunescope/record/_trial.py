@@ -39,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tunescope import _clock
 from tunescope.record import _state
 from tunescope.record._env import ENV_TRIAL_ID, process_rank, restore_env, set_env, trial_env
 from tunescope.record._flush import Flusher, flush_period
@@ -145,6 +146,7 @@ class Trial:
         self._replica = False
         self._end_as: tuple[str, str | None, bool] | None = None
         self._once = Once(LOG)
+        self._clocked = False
 
     # ------------------------------------------------------------------ identity
     @property
@@ -258,6 +260,8 @@ class Trial:
         if not run.recording:
             return
         deadline = time.monotonic() + ENTER_WAIT_S
+        start = _clock.start()  # the trial's times: this anchor + monotonic (see _clock)
+        self._clocked = True
         owner = self._attach is None
         url = run.store_url
         spec: TrialSpec | None = None
@@ -270,7 +274,7 @@ class Trial:
                 params=jsonable(self._params),
                 host=socket.gethostname(),
                 pids=(os.getpid(),),
-                start=time.time(),
+                start=start,
                 interval=run.interval,
                 project=run.project,
                 os_user=os_user(),
@@ -312,11 +316,14 @@ class Trial:
         module doc). Safe on a trial that started half-way, and a second time."""
         rec = self._rec
         writer = self._writer
+        t_end = _clock.now()
+        if self._clocked:
+            self._clocked = False
+            _clock.stop()
         if writer is None or self._left:
             return
         self._left = True
         deadline = time.monotonic() + EXIT_WAIT_S
-        t_end = time.time()
         if rec is not None:
             rec.closed = True
             _state.pop(rec, self._prev)
@@ -382,7 +389,7 @@ class Trial:
     def evaluation(self, name: str = "eval") -> Iterator[None]:
         """Record the block as an ``evaluation`` interval (t = start, duration in s), also
         when it raises."""
-        t0 = time.time()
+        t0 = _clock.now()
         p0 = time.perf_counter()
         try:
             yield
@@ -414,7 +421,7 @@ class Trial:
         if rec is None or rec.closed or self._replica:
             return
         _state.ensure_hook()
-        t = time.time()
+        t = _clock.now()
         st = None if step is None else int(step)
         tensor = getattr(sys.modules.get("torch"), "Tensor", None)
         for key, v in values.items():
@@ -462,7 +469,7 @@ class Trial:
         events = self._events()
         if events is None:
             return
-        t = time.time()
+        t = _clock.now()
         p = Path(path).absolute()
         data = {"path": str(p), "bytes": _tree_bytes(p)}
         st = None if step is None else int(step)
@@ -490,7 +497,7 @@ class Trial:
         after the update). It counts in ``train.throughput`` like a hooked step."""
         events = self._events()
         if events is not None:
-            events.append(("optimizer_step", time.time(), name, int(step), None, None, None))
+            events.append(("optimizer_step", _clock.now(), name, int(step), None, None, None))
 
     @guarded()
     def record_evaluation(
@@ -539,7 +546,7 @@ class Trial:
         """Record a point event ``mark`` called ``name``."""
         events = self._events()
         if events is not None:
-            events.append(("mark", time.time(), str(name), None, None, None, None))
+            events.append(("mark", _clock.now(), str(name), None, None, None, None))
 
 
 rec_trial: dict[int, Trial] = {}

@@ -1,12 +1,13 @@
 """Data-wait timing: wrap a data iterable so each batch records how long training waited.
 
 For batch ``i`` of one pass over the iterable a ``data_wait`` event is recorded with
-``t`` = the wall time the batch was requested, ``duration`` = seconds spent inside ``next()``,
-``step`` = ``i`` (0-based within the pass) and ``value`` = the step time, seconds from this
-request to the next one (wait plus the compute that followed). The event is appended at the
+``t`` = the time the batch was requested (the trial's clock, ``_clock``), ``duration`` =
+seconds spent inside ``next()``, ``step`` = ``i`` (0-based within the pass) and ``value`` =
+the step time, seconds from this request to the next one (wait plus the compute that
+followed). The event is appended at the
 next request, at exhaustion, or when the pass ends early (``break``, an exception, the
 iterator being closed), then with the time up to that moment. Cost per batch: one
-``time.time()``, two ``perf_counter()`` and one deque append.
+``_clock.now()`` (the trial's clock), two ``perf_counter()`` and one deque append.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from tunescope import _clock
 from tunescope.record._state import EventRow
 
 __all__ = ["Watched"]
@@ -51,7 +53,7 @@ class Watched(Generic[T]):
 
 def _timed(it: Iterator[T], events: deque[EventRow], name: str | None) -> Iterator[T]:
     perf = time.perf_counter
-    wall = time.time
+    wall = _clock.now
     append = events.append
     i = 0
     # the batch handed out last and not yet recorded: (t, wait, index, perf at request)

@@ -73,8 +73,8 @@ edges cut through stays cheap; large enough that per-chunk overhead is a fractio
 per sample."""
 
 LOST_AFTER_S = 30.0
-"""A running trial whose heartbeat is older than max(this, 10 sampling intervals) reads as
-``lost``."""
+"""A running trial whose last heartbeat landed longer ago than max(this, 10 sampling
+intervals), on the store's clock, reads as ``lost``."""
 
 
 class Store(abc.ABC):
@@ -156,7 +156,9 @@ class Store(abc.ABC):
         ``-2``… suffix), and NotFound is raised when there is no spec. Samples older than a series'
         newest are merged in; ``heartbeat`` never moves back; ``pids`` add to the trial's;
         ``heartbeat``, ``pids`` and an ``end`` with ``only_if_running`` change a running trial
-        only."""
+        only. A batch with a ``heartbeat`` (and one that creates its trial) notes the
+        store's own time, by which :meth:`derive_state` judges ``lost``: the writer's clock
+        is never compared with a reader's."""
 
     @abc.abstractmethod
     def trial_by_key(self, key: str) -> TrialInfo:
@@ -191,7 +193,8 @@ class Store(abc.ABC):
         """Change the given fields (None leaves a field as it is; ``params`` replaces the
         trial's params, JSON values only). With ``only_if_running`` nothing changes unless the
         stored state is still ``running``. True if a row changed; NotFound for an unknown
-        trial (unless ``only_if_running``)."""
+        trial (unless ``only_if_running``). A ``heartbeat`` given here is a time the caller
+        names: ``lost`` is judged by it until a batch's heartbeat lands."""
 
     @abc.abstractmethod
     def exit_code(self, trial_id: int) -> int | None:
@@ -287,7 +290,10 @@ class Store(abc.ABC):
         state: str, heartbeat: float | None, start: float, interval: float, now: float | None = None
     ) -> str:
         """``running`` becomes ``lost`` when the last heartbeat (or the start, before any) is
-        older than max(LOST_AFTER_S, 10 x interval)."""
+        older than max(LOST_AFTER_S, 10 x interval) at ``now``. Stores call it with the time
+        their clock noted the last heartbeat landing and their clock's ``now`` (see
+        :meth:`write`), so a writer's clock skew never makes a live trial read ``lost``;
+        ``now`` None is this process's clock."""
         if state != "running":
             return state
         last = heartbeat if heartbeat is not None else start

@@ -34,6 +34,7 @@ POSTGRES = Dialect(
     greatest="GREATEST",
     floor_int="CAST(FLOOR({x}) AS BIGINT)",
     for_update=" FOR UPDATE",
+    now="extract(epoch from clock_timestamp())::double precision",
 )
 
 TIMEOUT_S = 15.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
@@ -165,6 +165,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         "DROP TABLE batches",
         "ALTER TABLE batches_v7 RENAME TO batches",
     ),
+    # 8 (issue 18, rule 5: lost on the store's clock): the store's own time when a trial's
+    #    last heartbeat landed, so that `lost` never compares a writer's clock with a
+    #    reader's (NULL: judge by the heartbeat, as a direct update_trial names it)
+    ("ALTER TABLE trials ADD COLUMN t_seen {real}",),
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

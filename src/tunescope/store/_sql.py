@@ -52,10 +52,14 @@ from tunescope.store._tokens import TokensMixin
 _RUNS = "runs r JOIN projects p ON r.project_id = p.id"
 _RUN_COLS = "r.id, r.name, r.t_start, p.name, r.os_user, r.host"
 _SERIES_COLS = "id, trial_id, metric, device, note, host"
+STORE_NOW = "{store_now}"
+"""Stands in a statement for the store's own time now, epoch seconds (:attr:`Dialect.now`)."""
 _TRIAL_COLS = (
     "id, run_id, name, params, state, host, pids, t_start, t_end, heartbeat, error, interval_s, "
-    "trial_key"
+    f"trial_key, COALESCE(t_seen, heartbeat), {STORE_NOW}"
 )
+"""A trial's columns, then when its last heartbeat landed and the time now, both on the
+store's clock (see :meth:`Store.derive_state`)."""
 
 CACHE_SIZE = 50_000
 MAX_SERIES = 4096
@@ -115,6 +119,9 @@ class Dialect:
     for_update: str
     """Suffix of a SELECT that locks the rows it reads until the transaction ends ('' where
     a write transaction already excludes every other writer)."""
+    now: str
+    """SQL for the store's own time now, epoch seconds (the database server's clock, or the
+    clock of the host that holds a SQLite file)."""
 
     def ddl(self, stmt: str) -> str:
         return stmt.format(id=self.id_type, blob=self.blob_type, real=self.real_type)
@@ -173,6 +180,8 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
         return contextlib.nullcontext()
 
     def _sql(self, stmt: str) -> str:
+        if STORE_NOW in stmt:
+            stmt = stmt.replace(STORE_NOW, self.dialect.now)
         return stmt if self.dialect.placeholder == "?" else stmt.replace("?", "%s")
 
     def _connection(self) -> Any:
@@ -462,7 +471,10 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
 
     # ------------------------------------------------------------------ trials
     def _trial_from(self, row: Sequence[Any]) -> TrialInfo:
-        (tid, run_id, name, params, state, host, pids, start, end, hb, error, interval, key) = row
+        (tid, run_id, name, params, state, host, pids, start, end, hb, error, interval, key) = row[
+            :13
+        ]
+        seen, now = row[13], row[14]
         p = _loads(params, None)
         ids = _loads(pids, [])
         return TrialInfo(
@@ -470,7 +482,13 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             int(run_id),
             str(name),
             p if isinstance(p, dict) else {"(unreadable)": str(params)[:200]},
-            self.derive_state(str(state), hb, float(start), float(interval)),
+            self.derive_state(
+                str(state),
+                None if seen is None else float(seen),
+                float(start),
+                float(interval),
+                float(now),
+            ),
             str(host),
             tuple(x for x in ids if isinstance(x, int)) if isinstance(ids, list) else (),
             float(start),
@@ -645,6 +663,8 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             if val is not None:
                 sets.append(f"{col} = ?")
                 args.append(val)
+        if heartbeat is not None:  # a time named by the caller: lost is judged by it
+            sets.append("t_seen = NULL")
         if pids is not None:
             sets.append("pids = ?")
             args.append(json.dumps(sorted(set(pids))))
@@ -769,6 +789,8 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 "UPDATE trials SET pids = ? WHERE id = ? AND state = 'running'",
                 (json.dumps(merged), tid),
             )
+        if batch.heartbeat is not None or batch.spec is not None:
+            self._stamp_seen(cur, tid, batch.heartbeat)
         if batch.heartbeat is not None:
             g = self.dialect.greatest
             self._q(
@@ -785,6 +807,26 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 + (" AND state = 'running'" if end.only_if_running else ""),
                 (end.state, end.t, end.error, end.exit_code, tid),
             )
+
+    def _stamp_seen(self, cur: Any, tid: int, heartbeat: float | None) -> None:
+        """The store's clock notes that a running trial's writer is alive: at every batch
+        with a heartbeat (whatever its writer's clock says: a node whose clock is ahead must
+        not silence the others), and at a batch without one while no heartbeat has reached
+        the trial yet (a batch just created it). A spooled batch replayed late counts too:
+        its trial reads ``running`` for LOST_AFTER_S after it, at most."""
+        if heartbeat is None:
+            self._q(
+                cur,
+                f"UPDATE trials SET t_seen = {STORE_NOW} WHERE id = ? AND state = 'running' "
+                "AND t_seen IS NULL AND COALESCE(heartbeat, t_start) = t_start",
+                (tid,),
+            )
+            return
+        self._q(
+            cur,
+            f"UPDATE trials SET t_seen = {STORE_NOW} WHERE id = ? AND state = 'running'",
+            (tid,),
+        )
 
     # ------------------------------------------------------------------ where trials ran
     def _merge_where(self, cur: Any, tid: int, host: str, where: dict[str, Any]) -> None:

@@ -7,6 +7,16 @@ recognised before anything is written to it, and left as it was. Write transacti
 ``IMMEDIATE``, taking the write lock up front, so a transaction never fails half-way on a lock;
 a lock another process holds past the busy timeout raises StoreUnavailable (writers keep what
 they hold and retry). Processes opening one new file at once create its schema once.
+
+The store is where it was: a store keeps to the file it opened (its device and inode). Each
+write transaction, and each new connection, checks that the path still names that file; once
+it does not (the file was deleted, or another put in its place), the store writes no more,
+into the unlinked file nor into the new one: it empties its write-ahead log into the file it
+had (so no stale log is left beside a newcomer), closes it, and raises StoreUnavailable from
+then on, naming what happened. Writers keep what they hold and spool it; nothing is written
+into a file this store did not open (a replacement may be a backup put back by hand, or
+another store), and a reconnection never creates a file (``mode=rw``). ``tunescope sync``
+writes the spool once a store is back at the path.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ SQLITE = Dialect(
     greatest="MAX",
     floor_int="CAST({x} AS INTEGER)",
     for_update="",
+    now="((julianday('now') - 2440587.5) * 86400.0)",
 )
 
 BUSY_TIMEOUT_S = 5.0
@@ -60,6 +71,11 @@ class SQLiteStore(SQLStore):
         self.path = Path(os.fspath(path)).expanduser().resolve()
         self.readonly = readonly
         self.busy_timeout = BUSY_TIMEOUT_S if timeout is None else float(timeout)
+        self._create = create and not readonly
+        self._file: tuple[int, int] | None = None
+        """(device, inode) of the file this store opened (see the module doc)."""
+        self._moved: str | None = None
+        """Why this store writes no more: its file was deleted or replaced."""
         url = sqlite_url(self.path)
         parent = self.path.parent
         if self.path.exists():
@@ -77,8 +93,18 @@ class SQLiteStore(SQLStore):
         if not readonly:
             self._use_wal()
 
+    def _file_id(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
     def _connect(self) -> Any:
-        uri = f"file:{quote(str(self.path))}{'?mode=ro' if self.readonly else ''}"
+        if self._moved is not None:
+            raise StoreUnavailable(self._moved)
+        mode = "ro" if self.readonly else "rwc" if self._create and self._file is None else "rw"
+        uri = f"file:{quote(str(self.path))}?mode={mode}"
         try:
             conn = sqlite3.connect(
                 uri,
@@ -91,7 +117,41 @@ class SQLiteStore(SQLStore):
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             raise self._translate_static(exc, self.url) from None
+        if self._file is None:
+            self._file = self._file_id()
+        elif self._file_id() != self._file:
+            self._leave(conn, ours=False)
+            assert self._moved is not None
+            raise StoreUnavailable(self._moved)
         return conn
+
+    def _still_there(self, conn: Any) -> None:
+        """Raise StoreUnavailable (once having left the file) when the path no longer names
+        the file this store opened (see the module doc). Called holding the write lock."""
+        if self._file is None or self._file_id() == self._file:
+            return
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        self._leave(conn)
+        self._drop_connection()
+        assert self._moved is not None
+        raise StoreUnavailable(self._moved)
+
+    def _leave(self, conn: Any, *, ours: bool = True) -> None:
+        """The path names another file now, or none: empty the write-ahead log into the file
+        this store had (``ours``: ``conn`` is on it), close ``conn``, and write no more."""
+        now = self._file_id()
+        what = "deleted" if now is None else "replaced by another file"
+        self._moved = (
+            f"{self.url}: the store file was {what} while this process had it open; nothing "
+            "more is written here (the file it was is left alone): put the store back at this "
+            "path and `tunescope sync` writes what waits in the spool"
+        )
+        if ours:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
     def _use_wal(self) -> None:
         """WAL mode (persistent in the file), set once the file is known to be ours."""
@@ -131,6 +191,8 @@ class SQLiteStore(SQLStore):
     def _begin(self, conn: Any, write: bool) -> Any:
         cur = conn.cursor()
         cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        if write:
+            self._still_there(conn)  # once the write lock is ours: the last moment to look
         return cur
 
     @staticmethod

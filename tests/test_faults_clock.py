@@ -1,0 +1,282 @@
+"""Clock faults in a trial's processes (rule 5): the wall clock stepped by +10 min and -10 min
+mid-trial, and a host whose clock runs 2 min behind from the start, each made by a
+``sitecustomize`` shim on the PYTHONPATH of the trial's processes only (the training process
+and the sampler it starts; the system clock is never touched). Each test counts what was kept:
+samples against the time the sampler lived, marks and scalars one for one, duplicates, the
+end; and that every time lies in the trial's true span on its anchor's axis, in order."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fault_helpers import (
+    TRAINING,
+    finish_training,
+    gaps,
+    only_trial,
+    sample_times,
+    start_training,
+    wait_for,
+    wait_samplers_gone,
+)
+from tunescope.store import open_store
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+INTERVAL = 0.2
+SECONDS = 8.0
+SLACK = 0.5
+"""Seconds the stored span may exceed the test's own readings of the true clock (the
+stamps are taken inside them; this covers a process's start and the float sums)."""
+
+LOADING_S = 1.0
+"""The sampler's first second: it samples while a thread of its own loads the store's
+driver and numpy, whose imports hold the GIL, and on a loaded machine a PostgreSQL or HTTP
+store's loading costs it up to 0.6 s of samples (measured: one hole of 0.4-0.6 s). That hole
+has nothing to do with the clock; it is bounded here (no gap reaches LOADING_S) and the 98 %
+is counted from there on."""
+
+SHIM = textwrap.dedent(
+    '''
+    """A clock fault for tests: time.time() and time.time_ns() of this process run
+    $TS_SHIM_SKEW seconds off, plus the seconds written in the file $TS_SHIM_STEP (read
+    every 20 ms: writing it steps the clock). Once the offset is not 0, the process writes
+    its pid into $TS_SHIM_PROOF (a folder) to prove it ran."""
+    import os, time
+
+    _real, _real_ns, _mono = time.time, time.time_ns, time.monotonic
+    _skew = float(os.environ.get("TS_SHIM_SKEW") or 0)
+    _file = os.environ.get("TS_SHIM_STEP")
+    _proof = os.environ.get("TS_SHIM_PROOF")
+    _seen = [0.0, -1.0, False]  # step, read at (monotonic), proved
+
+    def _offset():
+        now = _mono()
+        if _file and now - _seen[1] > 0.02:
+            _seen[1] = now
+            try:
+                with open(_file) as f:
+                    _seen[0] = float(f.read().strip() or 0)
+            except (OSError, ValueError):
+                _seen[0] = 0.0
+        off = _skew + _seen[0]
+        if off and _proof and not _seen[2]:
+            _seen[2] = True
+            try:
+                with open(os.path.join(_proof, str(os.getpid())), "w") as f:
+                    f.write(repr(off))
+            except OSError:
+                pass
+        return off
+
+    def _time():
+        return _real() + _offset()
+
+    def _time_ns():
+        return _real_ns() + int(_offset() * 1e9)
+
+    time.time = _time
+    time.time_ns = _time_ns
+    '''
+)
+
+
+def _shimmed(tmp_path: Path, skew: float = 0.0) -> tuple[dict[str, str], Path, Path]:
+    """The environment of a trial whose processes run the shim; (env, step file, proofs)."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SHIM, encoding="utf-8")
+    proofs = tmp_path / "proofs"
+    proofs.mkdir()
+    step = tmp_path / "step"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
+    env.update(TS_SHIM_SKEW=repr(skew), TS_SHIM_STEP=str(step), TS_SHIM_PROOF=str(proofs))
+    return env, step, proofs
+
+
+def _kept_on_axis(url: str, result: dict[str, Any], lo: float, hi: float) -> Any:
+    """Everything of a TRAINING run is in the store once, every time in [lo, hi] (the true
+    span on the trial's axis) and in the order it was taken (see fault_helpers.TRAINING)."""
+    key = str(result["key"])
+    with open_store(url, create=False) as st:
+        info = st.trial_by_key(key)
+        assert info.state == "completed", (info.state, info.error, result["stderr"])
+        assert info.end is not None and lo <= info.start < info.end <= hi, (info, lo, hi)
+        ev = st.events(info.id, lo - 1e4, hi + 1e4, kinds=["mark"], limit=10**6).events
+        assert ev is not None
+        marks = {e.name: e.t for e in ev}
+        # one for one, none twice: m0, m1, ... each once
+        assert len(ev) == len(marks) == result["marks"], (len(ev), len(marks), result["marks"])
+        taken = [marks[f"m{k}"] for k in range(int(result["marks"]))]
+        assert all(a < b for a, b in itertools.pairwise(taken)), "marks out of order"
+        assert info.start <= taken[0] and taken[-1] <= info.end
+        loss = st.scalars(info.id, "loss")
+        assert sorted(s.step for s in loss) == list(range(int(result["marks"])))
+        by_step = sorted((s.step, s.t) for s in loss if s.step is not None)
+        assert all(a[1] < b[1] for a, b in itertools.pairwise(by_step)), "scalars out of order"
+        t = sample_times(st, info.id, "cpu.procs")
+        assert len(t) == len(set(t)), "duplicate samples"
+        assert lo <= t[0] and t[-1] <= hi, (t[0], t[-1], lo, hi)
+        # samples and events on one axis: the sampler lived across the marks
+        assert t[0] <= taken[0] + 1.0 and t[-1] >= taken[-1] - 1.0, (t[0], t[-1], taken)
+        # kept against the time the sampler lived, from its store's loading on (LOADING_S)
+        ready = [x for x in t if x >= t[0] + LOADING_S]
+        expected = (ready[-1] - ready[0]) / INTERVAL + 1
+        holes = [(round(a - t[0], 2), round(b - a, 2)) for a, b in itertools.pairwise(t)]
+        assert len(ready) >= 0.98 * expected, (
+            len(ready),
+            expected,
+            [h for h in holes if h[1] > 0.3],
+        )
+        assert gaps(t) < LOADING_S, holes
+    return info
+
+
+@pytest.mark.parametrize("step", [600.0, -600.0], ids=["plus-10-min", "minus-10-min"])
+def test_a_clock_step_mid_trial_moves_no_time(sqlite_url: str, tmp_path: Path, step: float) -> None:
+    """The wall clock of the training process and its sampler steps by ``step`` a third of
+    the way in: every sample, mark, scalar and the end stay within the trial's true span, in
+    order, nothing lost nor doubled."""
+    env, step_file, proofs = _shimmed(tmp_path)
+    open_store(sqlite_url).close()
+    lo = time.time()
+    p = start_training(sqlite_url, SECONDS, INTERVAL, env=env)
+    time.sleep(SECONDS / 3)
+    step_file.write_text(repr(step), encoding="utf-8")
+    result = finish_training(p)
+    wait_samplers_gone(str(result["key"]))
+    hi = time.time()
+    assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)  # the training and its sampler
+    _kept_on_axis(sqlite_url, result, lo - SLACK, hi + SLACK)
+
+
+def test_a_host_two_minutes_behind_still_reads_running(any_store_url: str, tmp_path: Path) -> None:
+    """The trial's processes run 120 s behind from their start; a reader with the true clock
+    sees the trial ``running`` while it runs (lost is judged on the store's clock), then
+    ``completed``, with every time on the trial's own axis (the true span less 120 s)."""
+    skew = -120.0
+    env, _step, proofs = _shimmed(tmp_path, skew)
+    url = any_store_url
+    if not url.startswith("http"):
+        open_store(url).close()
+    lo = time.time()
+    p = start_training(url, SECONDS, INTERVAL, env=env)
+    try:
+        assert wait_for(lambda: only_trial(url).heartbeat is not None, 10)
+        states = []
+        for _ in range(4):
+            time.sleep(0.8)
+            states.append(only_trial(url).state)
+    finally:
+        result = finish_training(p)
+    assert states == ["running"] * 4, states
+    wait_samplers_gone(str(result["key"]))
+    hi = time.time()
+    assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)
+    info = _kept_on_axis(url, result, lo + skew - SLACK, hi + skew + SLACK)
+    assert info.end - info.start >= SECONDS
+
+
+def test_a_clock_step_under_tunescope_run_moves_no_time(sqlite_url: str, tmp_path: Path) -> None:
+    """``tunescope run``'s tree (the wrapper, its sampler, the command recording through the
+    SDK) steps +10 min a third of the way in: one axis for all, nothing moved."""
+    env, step_file, proofs = _shimmed(tmp_path)
+    open_store(sqlite_url).close()
+    lo = time.time()
+    argv = [
+        sys.executable, "-m", "tunescope", "run", "--store", sqlite_url, "--run", "faults",
+        "--interval", str(INTERVAL), "--",
+        sys.executable, "-c", TRAINING, "", str(SECONDS), str(INTERVAL), "no",
+    ]  # fmt: skip
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "started"
+    time.sleep(SECONDS / 3)
+    step_file.write_text("600.0", encoding="utf-8")
+    result = finish_training(p)
+    wait_samplers_gone(str(result["key"]))
+    hi = time.time()
+    assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)  # the sampler and the command
+    _kept_on_axis(sqlite_url, result, lo - SLACK, hi + SLACK)
+
+
+def test_the_anchor_is_shared_within_a_boot_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial's anchor goes into $TUNESCOPE_CLOCK while it is open and leaves with it; a
+    child adopts it (one axis); a value of another boot (a node that inherited it) is not
+    adopted; nested trials keep one anchor."""
+    code = textwrap.dedent(
+        """
+        import os, sys, time
+        from tunescope import _clock
+        print(repr(_clock.now() - time.monotonic()), _clock.ENV_CLOCK in os.environ)
+        """
+    )
+
+    def child() -> tuple[float, bool]:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
+        return float(out[0]), out[1] == "True"
+
+    monkeypatch.delenv("TUNESCOPE_CLOCK", raising=False)
+    from tunescope import _clock
+
+    monkeypatch.setattr(_clock, "_held", 0)
+    monkeypatch.setattr(_clock, "_put", None)
+    _clock.start()
+    offset = _clock.now() - time.monotonic()
+    value = os.environ["TUNESCOPE_CLOCK"]
+    _clock.start()  # a second trial of the process, nested: the same anchor
+    assert os.environ["TUNESCOPE_CLOCK"] == value
+    got, inherited = child()
+    assert inherited and abs(got - offset) < 0.05  # the child's clock is the trial's
+    _clock.stop()
+    assert os.environ["TUNESCOPE_CLOCK"] == value  # the outer trial is still open
+    _clock.stop()
+    assert "TUNESCOPE_CLOCK" not in os.environ
+    monkeypatch.setenv("TUNESCOPE_CLOCK", f"{offset + 3600!r}@{_clock._boot()}")
+    got, _ = child()
+    assert abs(got - offset - 3600) < 0.05  # an anchor of this boot is adopted as it is
+    other = f"{offset + 3600!r}@another-boot"
+    monkeypatch.setenv("TUNESCOPE_CLOCK", other)
+    got, _ = child()
+    assert abs(got - offset) < 1.0  # its own anchor, not the other boot's hour
+    _clock.start()
+    assert abs(_clock.now() - time.monotonic() - offset) < 1.0
+    assert os.environ["TUNESCOPE_CLOCK"] != other
+    _clock.stop()
+    assert os.environ["TUNESCOPE_CLOCK"] == other  # as it was
+
+
+def test_lost_is_judged_on_the_stores_clock(any_store_url: str) -> None:
+    """The contract's promise (Store.write, derive_state), on every backend: a batch whose
+    heartbeat comes from a clock an hour behind leaves its trial ``running``; a heartbeat a
+    caller names with update_trial is judged by that time; a batch whose heartbeat is older
+    than the trial's (a writer whose clock is behind another's) still says it is alive, and
+    never moves the heartbeat back."""
+    from tunescope.store import Batch, TrialSpec, new_key
+
+    behind = time.time() - 3600
+    with open_store(any_store_url) as st:
+        key = new_key()
+        spec = TrialSpec(key=key, run="skew", name="t", start=behind, interval=1.0)
+        st.write(Batch(key, spec=spec))
+        assert st.trial_by_key(key).state == "running"  # created now, on the store's clock
+        st.write(Batch(key, heartbeat=behind + 5))
+        info = st.trial_by_key(key)
+        assert info.state == "running" and info.heartbeat == behind + 5
+        assert st.update_trial(info.id, heartbeat=behind + 6)  # a time the caller names
+        assert st.trial_by_key(key).state == "lost"
+        st.write(Batch(key, heartbeat=behind + 1))  # a writer further behind: alive too
+        info = st.trial_by_key(key)
+        assert info.state == "running" and info.heartbeat == behind + 6

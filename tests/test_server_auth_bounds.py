@@ -341,21 +341,28 @@ def test_a_version_6_databases_batches_migrate_into_their_projects(
     monkeypatch.setattr(_sql, "SCHEMA_VERSION", 6)
     with closing(open_store(store_url)) as old:
         assert isinstance(old, SQLStore) and old.schema_version() == 6
-        trials = {}
-        for p in ("vision", "nlp"):
-            run = old.ensure_run("r", 100.0, project=p)
-            trials[p] = old.create_trial(run.id, "a", start=100.0)
-        with old._tx(write=True) as cur:
+        keys, ids = {}, {}
+        with old._tx(write=True) as cur:  # raw SQL: today's trial reads name later columns
+            for p in ("vision", "nlp"):
+                run_id = old._run_row(cur, "r", 100.0, p, None, None)[0]
+                keys[p] = f"key-{p}"
+                ids[p] = old._q(
+                    cur,
+                    "INSERT INTO trials (run_id, name, params, state, host, pids, t_start, "
+                    "interval_s, trial_key) VALUES (?, 'a', '{}', 'running', 'h', '[]', 100.0, "
+                    "1.0, ?) RETURNING id",
+                    (run_id, keys[p]),
+                ).fetchone()[0]
             old._q(cur, "INSERT INTO batches (id, trial_id, t) VALUES (?, ?, ?)",
-                   ("old-batch", trials["vision"].id, 100.0))  # fmt: skip
+                   ("old-batch", ids["vision"], 100.0))  # fmt: skip
     monkeypatch.undo()
     with open_store(store_url) as st:
         assert st.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
-        resend = _scalar_batch(trials["vision"].key, "old-batch", 1.0)
-        assert st.write(resend) == trials["vision"].id
-        assert st.scalars(trials["vision"].id, "acc") == []  # written once, by version 6
-        assert st.write(_scalar_batch(trials["nlp"].key, "old-batch", 2.0)) == trials["nlp"].id
-        assert [s.value for s in st.scalars(trials["nlp"].id, "acc")] == [2.0]
+        resend = _scalar_batch(keys["vision"], "old-batch", 1.0)
+        assert st.write(resend) == ids["vision"]
+        assert st.scalars(ids["vision"], "acc") == []  # written once, by version 6
+        assert st.write(_scalar_batch(keys["nlp"], "old-batch", 2.0)) == ids["nlp"]
+        assert [s.value for s in st.scalars(ids["nlp"], "acc")] == [2.0]
 
 
 # ------------------------------------------------------------------------ 405 and the document

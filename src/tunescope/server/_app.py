@@ -120,8 +120,8 @@ def create_app(
     the ``otel`` extra), from now until the app shuts down; ``GET /metrics`` serves them to
     Prometheus either way (``_prometheus.py``). ``trusted_proxies``: the addresses (or
     networks) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are believed (the client
-    address the rate limit counts, see ``_auth.py``); none by default. ``max_series``: most series a trial may
-    have (:data:`~tunescope.store.MAX_SERIES`; a batch past it is 422).
+    address the rate limit counts, see ``_auth.py``); none by default. ``max_series``: most
+    series a trial may have (:data:`~tunescope.store.MAX_SERIES`; a batch past it is 422).
     ``read_timeout``: seconds a request body may stall (408). Every body is counted as it
     streams and bounded per route, and the batch and store routes share one budget of bytes
     in flight (``_limits.py``).

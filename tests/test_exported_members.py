@@ -67,6 +67,7 @@ PUBLIC = {
         "load",
         "ReplayStats",
         "replay",
+        "refused",
         "pending",
         "classify",
         "spool_dir",

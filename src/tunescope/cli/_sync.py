@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import time
 
-from tunescope.store import display, open_store, pending, replay, resolve_url, spool_dir
-from tunescope.store._spool import refused
+from tunescope.store import (
+    display,
+    open_store,
+    pending,
+    refused,
+    replay,
+    resolve_url,
+    spool_dir,
+)
 
 __all__ = ["spool_note", "sync"]
 

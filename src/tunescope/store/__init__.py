@@ -45,7 +45,15 @@ from tunescope.store._model import (
 )
 from tunescope.store._open import open_store
 from tunescope.store._pool import PooledStore
-from tunescope.store._spool import ReplayStats, classify, pending, replay, spool_dir, spool_root
+from tunescope.store._spool import (
+    ReplayStats,
+    classify,
+    pending,
+    refused,
+    replay,
+    spool_dir,
+    spool_root,
+)
 from tunescope.store._sql import MAX_SERIES, SQLStore
 from tunescope.store._tokens import digest as token_digest
 from tunescope.store._url import (
@@ -106,6 +114,7 @@ __all__ = [
     "pending",
     "project_of",
     "redact",
+    "refused",
     "replay",
     "resolve_url",
     "run_and_trials",

@@ -638,3 +638,29 @@ def test_the_oom_counter_is_read_from_v1_and_v2_files() -> None:
     v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 5\n"
     assert parse_oom_kill(v2) == 2 and parse_oom_kill(v1) == 5
     assert parse_oom_kill("oom_kill_disable 0\nunder_oom 0\n") is None  # before Linux 4.13
+
+
+def test_the_oom_finding_shows_the_allocators_last_minute_on_the_fullest_gpu(db: Any) -> None:
+    """The rule on stored data: the CUDA kind reads torch.mem.allocated (before gpu.mem) on
+    the GPU that held the most, only the window before the end, and finds nothing for a
+    trial that failed otherwise."""
+    from tunescope.analyze import FindingSettings
+
+    t0 = 1_700_000_000.0
+    run = db.ensure_run("oom", start=t0)
+    tr = db.create_trial(run.id, "t", {}, start=t0, interval=1.0)
+    for dev, top in (("0", 2.0), ("1", 9.0)):
+        sid = db.series(tr.id, "torch.mem.allocated", dev).id
+        db.append_samples([(sid, t0 + k, top * 2**30 * k / 120) for k in range(121)])
+    other = db.create_trial(run.id, "u", {}, start=t0, interval=1.0)
+    db.update_trial(other.id, state="failed", end=t0 + 120, error="RuntimeError: no")
+    db.update_trial(tr.id, state="failed", end=t0 + 120, error=OOM_CUDA + "; x")
+    assert [f for f in findings_for_trial(db, other.id) if f.rule == "oom"] == []
+    (f,) = [f for f in findings_for_trial(db, tr.id) if f.rule == "oom"]
+    assert (f.metric, f.device, f.t0, f.t1) == ("torch.mem.allocated", "1", t0 + 60, t0 + 120)
+    pts = f.evidence["last_minute"]
+    assert [t for t, _v in pts] == [t0 + k for k in range(60, 121)]
+    assert f.evidence["peak_bytes"] == 9.0 * 2**30
+    short = FindingSettings(oom_window_s=10)
+    (g,) = [g for g in findings_for_trial(db, tr.id, short) if g.rule == "oom"]
+    assert len(g.evidence["last_minute"]) == 11

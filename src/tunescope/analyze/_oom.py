@@ -24,10 +24,8 @@ from tunescope.analyze._rules import ADVICE_CPU_MEM
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import size
 
-__all__ = ["LAST_S", "MAX_EVIDENCE_POINTS", "OutOfMemory"]
+__all__ = ["MAX_EVIDENCE_POINTS", "OutOfMemory"]
 
-LAST_S = 60.0
-"""The span before the end whose memory samples are the evidence."""
 MAX_EVIDENCE_POINTS = 240
 """At most this many (t, bytes) points of that minute in the evidence (the last ones)."""
 
@@ -35,11 +33,13 @@ MAX_EVIDENCE_POINTS = 240
 @dataclass(frozen=True, kw_only=True)
 class OomEnd:
     """How the trial ran out of memory (``kind``: ``kernel`` or ``cuda``), its recorded
-    reason, and the memory series' points over the last minute before the end."""
+    reason, and the memory series' points over the window before the end
+    (``oom_window_s``: the last minute)."""
 
     kind: str
     reason: str
     end: float
+    window_s: float
     points: tuple[tuple[float, float], ...]
     limit_bytes: float | None
 
@@ -57,7 +57,7 @@ class OutOfMemory(Rule[OomMeasured]):
     key = "oom"
     title = "Out of memory"
     severities = ("high",)
-    uses = ()
+    uses = (FindingSettings.oom_window_s,)
     metrics = ("cpu.mem", "cpu.mem.limit", "torch.mem.allocated", "gpu.mem")
     summary = (
         "The trial ran out of memory: the kernel's OOM killer ended it, or a CUDA "
@@ -66,6 +66,7 @@ class OutOfMemory(Rule[OomMeasured]):
     advice = ADVICE_CPU_MEM + ADVICE_GPU_OOM
 
     def measure(self, c: Case) -> OomMeasured | None:
+        window = c.s.oom_window_s
         info = c.d.trial
         error = info.error or ""
         if info.state != "failed":
@@ -83,7 +84,7 @@ class OutOfMemory(Rule[OomMeasured]):
                 tr = c.d.trace(metric, device)
                 if tr is None:
                     continue
-                keep = (tr.t >= end - LAST_S) & (tr.t <= end + 1.0)
+                keep = (tr.t >= end - window) & (tr.t <= end + 1.0)
                 pts = tuple(
                     (float(t), float(v)) for t, v in zip(tr.t[keep], tr.hi[keep], strict=True)
                 )[-MAX_EVIDENCE_POINTS:]
@@ -103,10 +104,11 @@ class OutOfMemory(Rule[OomMeasured]):
                 kind=kind,
                 reason=error,
                 end=end,
+                window_s=window,
                 points=best[3] if best is not None else (),
                 limit_bytes=limit,
             ),
-            t0=end - LAST_S,
+            t0=end - window,
             t1=end,
             metric=metric,
             device=best[2] if best is not None else None,
@@ -137,7 +139,7 @@ class OutOfMemory(Rule[OomMeasured]):
             "kind": o.kind,
             "reason": o.reason,
             "end": o.end,
-            "window_s": LAST_S,
+            "window_s": o.window_s,
             "metric": m.metric,
             "device": m.device,
             "last_minute": [[t, v] for t, v in o.points],

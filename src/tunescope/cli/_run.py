@@ -301,7 +301,9 @@ class _Wrapper:
                     self._supervise_watcher()
             if self.foreground:
                 give_terminal(os.getpgrp())
-            recorded = sampler is not None  # the run-mode sampler said the code: it records
+            # the run-mode sampler said the code and goes on to record it (unless it already
+            # failed: it could not open the store)
+            recorded = sampler is not None and sampler.poll() in (None, 0)
             if self.watcher is not None:
                 recorded = self.watcher.send_exit(self.code)
             if not recorded:

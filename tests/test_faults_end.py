@@ -29,7 +29,7 @@ import pytest
 from fault_helpers import SqliteLock, sample_times, samplers_of, wait_for, wait_samplers_gone
 from tunescope._protocol import OOM_CUDA, OOM_KERNEL
 from tunescope.analyze import findings_for_trial
-from tunescope.record import MAX_RESTARTS
+from tunescope.record import EXIT_WAIT_S, MAX_RESTARTS
 from tunescope.store import TrialInfo, open_store
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -281,8 +281,10 @@ def test_the_wrapper_records_the_exit_code_once_its_samplers_died_past_their_res
     assert not samplers_of(key)  # none restarted past the limit
     assert p.poll() is None  # the command still runs
     _out, err = p.communicate(timeout=60)
+    held = time.time() - (tmp_path / "did.json").stat().st_mtime  # the command's last act
     assert p.returncode == 5, err
     assert "keeps dying" in err
+    assert held < EXIT_WAIT_S + 1.5, held  # the wrapper's own write is bounded like an exit
     with open_store(sqlite_url, create=False) as st:
         info = st.trial_by_key(key)
         code = st.exit_code(info.id)

@@ -423,8 +423,10 @@ def test_a_window_too_far_from_zero_for_its_pad_is_422_not_500(team: Team) -> No
             r = team.call(path, "vision-read", params={**extra, **params})
             assert r.status_code == 422, (path, params, r.text)
             message = r.json()["error"]["message"]  # the route's range, or the pad's guard
-            assert "out of range" in message or "less than or equal" in message or (
-                "greater than or equal" in message
+            assert (
+                "out of range" in message
+                or "less than or equal" in message
+                or ("greater than or equal" in message)
             ), message
 
 

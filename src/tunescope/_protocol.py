@@ -5,19 +5,35 @@ trials, ``tunescope run``, the distributed integration) and the sampler process
 Watch mode (the SDK's trials): the sampler samples the process tree of ``--pid``.
 
 * stdin, lines: ``stop`` asks for an orderly stop (a final sample, the writes; the trial's
-  state is left alone). ``exit CODE`` says the root process ended with CODE (``tunescope
-  run``'s wrapper, when a sampler it restarted watches a command it reaped): the sampler ends
-  the trial accordingly and stops. End of input alone is not a stop: the sampler keeps
-  sampling while the root process lives, and ends the trial ``failed`` when the root ends
-  without a ``stop`` (once the root ended, while stdin is still open, it waits up to a second
-  for the ``exit CODE`` of a launcher that reaped it).
+  state is left alone). ``end JSON`` is a stop that hands over how the launcher's trial
+  ended (``{"state", "t", "error", "exit_code"}``): the sampler writes it with its final
+  batch, changing nothing if the trial has ended by then (the launcher writes it too: the
+  end is kept by whichever of them can keep it). ``exit CODE`` says the root process ended
+  with CODE (``tunescope run``'s wrapper, when a sampler it restarted watches a command it
+  reaped): the sampler ends the trial accordingly and stops. End of input alone is not a
+  stop: the sampler keeps sampling while the root process lives (an ``exec()`` keeps it
+  alive as the new program), and ends the trial ``failed`` when the root ends without a
+  ``stop`` (once the root ended, while stdin is still open, it waits up to a second for the
+  ``exit CODE`` of a launcher that reaped it).
 * stdout: one line, ``ready``, once the first sample is taken (and written, when the store
   answers within a second). Nothing else is ever written there.
 
 Run mode (``tunescope run``): ``--exec`` makes the sampler start the command itself, so that
 it is the command's parent and knows its exit code whoever else dies. Its status goes to the
 file descriptor ``--status-fd``: ``pid N`` once the command is started, ``exit CODE`` once
-it ended (CODE as a shell gives it: 128 + N after signal N).
+it ended (CODE as a shell gives it: 128 + N after signal N). The command runs in a process
+group of its own; with ``--foreground`` (the launcher was the terminal's foreground group)
+that group is made the terminal's foreground group, so that the terminal's signals reach the
+command alone. A SIGTERM does not stop a run-mode sampler while the command lives (systemd
+signals every process of a unit): it goes on and records the command's end.
+
+Samplers run in process groups of their own, so that a signal to the training's group
+(``timeout``, Slurm, a shell's job control) never stops the one process that records how the
+training ended.
+
+How a trial ended, in words both sides use (:data:`OOM_KERNEL`, :data:`OOM_CUDA`): the
+kernel's OOM killer ended the root (the ``oom_kill`` counter of its memory cgroup rose and it
+died of SIGKILL), or ``torch.cuda.OutOfMemoryError`` ended the trial.
 
 Node samplers (``--node``, either mode): a multi-node trial has one sampler per node; the
 one on node rank 0 is the primary and behaves as above; the others sample their node only and
@@ -34,12 +50,16 @@ Exit codes: 0 after a stop, 1 when the sampler cannot start, 2 for bad arguments
 from __future__ import annotations
 
 __all__ = [
+    "END",
     "ENV_SPEC",
     "EXIT",
     "EXIT_BAD_ARGS",
     "EXIT_CANNOT_START",
+    "FOREGROUND",
     "MODULE",
     "NODE",
+    "OOM_CUDA",
+    "OOM_KERNEL",
     "PID",
     "READY",
     "STOP",
@@ -49,9 +69,13 @@ __all__ = [
 MODULE = "tunescope.collect"
 READY = "ready"
 STOP = "stop"
+END = "end"
 EXIT = "exit"
 PID = "pid"
 NODE = "--node"
+FOREGROUND = "--foreground"
+OOM_KERNEL = "out of memory (killed by the kernel)"
+OOM_CUDA = "out of memory (CUDA)"
 ENV_SPEC = "TUNESCOPE_SAMPLER_SPEC"
 EXIT_CANNOT_START = 1
 EXIT_BAD_ARGS = 2

@@ -15,6 +15,7 @@ from tunescope.analyze._data import TrialData
 from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo
 from tunescope.analyze._gpus import BusyNotWorking, GpuUnderused, IdleGpu, NearOomGpu
 from tunescope.analyze._nodes import StragglerNode
+from tunescope.analyze._oom import OutOfMemory
 from tunescope.analyze._pack import PackTrials
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType, RightSize
 from tunescope.analyze._rule import Rule
@@ -25,6 +26,7 @@ from tunescope.store import Store, TrialInfo
 __all__ = ["FINDINGS", "RULES", "findings_for_run", "findings_for_trial", "to_dict"]
 
 FINDINGS: tuple[Rule[Any], ...] = (
+    OutOfMemory(),
     InputBound(),
     NearOomGpu(),
     NearOomCpu(),

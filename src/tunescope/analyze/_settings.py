@@ -187,6 +187,13 @@ class FindingSettings:
         "else host RAM), at or above which the trial is near out-of-memory.",
         f"{OURS} (the issue), the same margin as for GPU memory",
     )
+    # --- out of memory
+    oom_window_s: Setting = Setting(
+        60.0,
+        "s",
+        "Seconds before an out-of-memory end whose memory samples the oom finding shows.",
+        f"{OURS} (the issue: the memory series' last minute)",
+    )
     # --- GPU under-used / busy but not working
     gpu_underused_util_pct: Setting = Setting(
         50.0,

@@ -10,10 +10,20 @@ The wrapper is a child subreaper: if the sampler dies, the command becomes the w
 child, the wrapper starts a watch-mode sampler on it (the gap is recorded) and reaps the
 command itself. If the wrapper dies, the sampler goes on and records the command's real end.
 
-Signals: Ctrl-C in a terminal reaches the command directly (it is in the foreground process
-group), so the wrapper does not send it again; a signal sent to the wrapper alone (``kill``)
-is forwarded to the command once. The wrapper tells them apart by the signal's origin
-(``si_code``): the terminal's come from the kernel.
+When no sampler is left to record the command's end (the samplers kept dying past their
+restarts, or none could start), the wrapper writes it itself once the command ended: the
+exit code is recorded whatever happened to the samplers (a write bounded like a trial's
+exit, :data:`~tunescope.record.EXIT_WAIT_S`; what the store does not take by then is spooled).
+It exits with the command's code in every case.
+
+Signals: the command runs in a process group of its own, made the terminal's foreground
+group when the wrapper was (``--foreground``, see ``tunescope/_protocol.py``), and the
+samplers in groups of their own. So the terminal's Ctrl-C, Ctrl-\\ and window signals reach
+the command alone, and whatever reaches the wrapper (a ``kill`` of its pid, a SIGTERM to its
+process group from systemd, Slurm or ``timeout``, a hang-up of the terminal it leads) reached
+nothing else: the wrapper forwards each to the command's group once. A group signal never
+stops a sampler, which records the command's end. Once the command ended, the wrapper takes
+the terminal's foreground back before it exits.
 """
 
 from __future__ import annotations
@@ -36,9 +46,12 @@ from typing import IO, Any
 import tunescope._protocol as protocol
 from tunescope import _clock
 from tunescope.collect import spawn
+from tunescope.collect._loop import OomWatch, end_of
+from tunescope.collect._spawn import give_terminal, terminal_is_ours
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 from tunescope.record import (
     ENTER_WAIT_S,
+    EXIT_WAIT_S,
     MAX_RESTARTS,
     Background,
     Job,
@@ -49,9 +62,12 @@ from tunescope.record import (
     start_sampler,
     trial_env,
 )
+from tunescope.record._launch import own_group
 from tunescope.store import (
     Batch,
+    TrialEnd,
     TrialSpec,
+    Writer,
     absolute_url,
     new_key,
     open_store,
@@ -63,8 +79,6 @@ from tunescope.store import (
 __all__ = ["parse_params", "run_command"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_SI_KERNEL = 0x80
-"""``si_code`` of a signal the kernel sent: the terminal's Ctrl-C, Ctrl-\\ or hang-up."""
 _PR_SET_CHILD_SUBREAPER = 36
 MAX_PARAM_DEPTH = 32
 """How deeply a --param value's lists and objects may nest."""
@@ -227,6 +241,16 @@ def run_command(
     return _Wrapper(cmd, url, spec, env, node=node).run()
 
 
+def _forward(child: int, sig: int) -> None:
+    """Send ``sig`` to the command's process group (its own: see ``collect/_spawn.py``),
+    else to the command alone (it left that group)."""
+    try:
+        os.killpg(child, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, sig)
+
+
 class _Wrapper:
     """Starts the sampler in run mode and supervises it until the command ends. ``node``:
     its samplers are node samplers (a multi-node trial's node other than rank 0)."""
@@ -253,10 +277,15 @@ class _Wrapper:
         self.log: IO[bytes] | None = None
         self._buf = b""
         self._pending_signals: list[int] = []
+        self.foreground = False
+        """Whether the wrapper was the terminal's foreground group (the command is made so)."""
+        self.oom: OomWatch | None = None
+        """The command's OOM watch, once it is the wrapper's child (a sampler died)."""
 
     def run(self) -> int:
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         reaper = _subreaper()
+        self.foreground = terminal_is_ours()
         try:
             sampler = self._start_sampler()
             while self.code is None:
@@ -271,12 +300,41 @@ class _Wrapper:
                 elif self.child is not None:
                     self._reap_child()
                     self._supervise_watcher()
+            if self.foreground:
+                give_terminal(os.getpgrp())
+            # the run-mode sampler said the code and goes on to record it (unless it already
+            # failed: it could not open the store)
+            recorded = sampler is not None and sampler.poll() in (None, 0)
             if self.watcher is not None:
-                self.watcher.send_exit(self.code)
+                recorded = self.watcher.send_exit(self.code)
+            if not recorded:
+                self._record_end(self.code)
             return self.code
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
             self._say_sampler_log()
+
+    def _record_end(self, code: int) -> None:
+        """No sampler is left to record the command's end: write it here, bounded (see the
+        module doc). Node wrappers never end the trial."""
+        if self.node:
+            return
+        end = end_of(code, _clock.now())
+        if end.state == "failed" and self.oom is not None and self.oom.killed(code):
+            end = TrialEnd(end.state, end.t, protocol.OOM_KERNEL, exit_code=code)
+        try:
+            writer = Writer(self.url, spec=self.spec, name="tunescope run")
+            writer.put(Batch(self.spec.key, spec=self.spec, end=end))
+            kept = writer.close(EXIT_WAIT_S) or writer.left_in_spool
+        except Exception as exc:  # never in the way of the exit code
+            kept = False
+            print(f"tunescope: cannot write the command's end ({exc})", file=sys.stderr)
+        if not kept:
+            print(
+                f"tunescope: the command's end (exit code {code}) was not kept: no sampler "
+                "was left, and neither the store nor the spool took it",
+                file=sys.stderr,
+            )
 
     # ------------------------------------------------------------------ starting
     def _start_sampler(self) -> subprocess.Popen[bytes] | None:
@@ -298,12 +356,19 @@ class _Wrapper:
             "--stderr-fd",
             str(err),
             *([protocol.NODE] if self.node else []),
+            *([protocol.FOREGROUND] if self.foreground else []),
             "--exec",
             "--",
             *self.cmd,
         ]
         try:
-            return subprocess.Popen(args, pass_fds=(w, err), stderr=self.log, env=self.env)
+            proc: subprocess.Popen[bytes] = subprocess.Popen(
+                args,
+                pass_fds=(w, err),
+                stderr=self.log,
+                env=self.env,
+                **own_group(),  # type: ignore[call-overload]
+            )
         except OSError as exc:
             print(f"tunescope: cannot start the sampler ({exc}); running without", file=sys.stderr)
             self._start_alone()
@@ -311,15 +376,19 @@ class _Wrapper:
         finally:
             os.close(w)
             os.close(err)
+        return proc
 
     def _start_alone(self) -> None:
         """Start the command ourselves (the sampler could not start it)."""
         try:
-            self.child = spawn(self.cmd, None, self.env, protocol.ENV_SPEC)
+            self.child = spawn(
+                self.cmd, None, self.env, protocol.ENV_SPEC, foreground=self.foreground
+            )
         except OSError as exc:
             print(f"tunescope: could not start {self.cmd[0]}: {exc}", file=sys.stderr)
             self.code = 127
         if self.child is not None:
+            self.oom = OomWatch(self.child)
             self._start_watcher()
 
     def _start_watcher(self, gap_since: float | None = None) -> None:
@@ -333,13 +402,11 @@ class _Wrapper:
         info = signal.sigtimedwait(_SIGNALS, 0.05)
         if info is None:
             return
-        if info.si_signo != signal.SIGTERM and info.si_code == _SI_KERNEL:
-            return  # from the terminal: the command, in the foreground group, has it too
+        # The command is in a group of its own: nothing the wrapper got reached it. Forward.
         if self.child is None:
             self._pending_signals.append(info.si_signo)
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.child, info.si_signo)
+        _forward(self.child, info.si_signo)
 
     def _read_status(self, final: bool = False) -> None:
         while True:
@@ -358,8 +425,7 @@ class _Wrapper:
                 if word == protocol.PID and arg.isdigit():
                     self.child = int(arg)
                     for sig in self._pending_signals:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(self.child, sig)
+                        _forward(self.child, sig)
                     self._pending_signals.clear()
                 elif word == protocol.EXIT and arg.lstrip("-").isdigit():
                     self.code = int(arg)
@@ -378,11 +444,14 @@ class _Wrapper:
             return
         if not reaper:
             print("tunescope: cannot adopt the command (no subreaper)", file=sys.stderr)
+        self.oom = OomWatch(self.child)
         self.restarts += 1
         self._start_watcher(gap_since=self.alive_at)
 
     def _reap_child(self) -> None:
         assert self.child is not None
+        if self.oom is not None:
+            self.oom.check()
         try:
             pid, status = os.waitpid(self.child, os.WNOHANG)
         except ChildProcessError:  # not ours (no subreaper): poll for its end

@@ -8,6 +8,11 @@ from the process's cgroup up to the mount point, since every ancestor's limit ap
 Units: CPU limits in cores (quota / period, e.g. 1.5), memory limits in bytes. ``None`` means
 no limit is set (or none could be read); callers then fall back to affinity or host RAM.
 Every function here reads plain files and never raises for a missing or odd file.
+
+OOM kills: the kernel counts the processes its OOM killer ended in a memory cgroup, in
+``memory.events`` (v2, the cgroup and its descendants) or ``memory.oom_control`` (v1, Linux
+4.13+), under ``oom_kill``. :func:`oom_kills` reads that counter for a process's innermost
+memory cgroup; :class:`tunescope.collect._loop.OomWatch` compares it across a trial.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ __all__ = [
     "cgroup_dirs",
     "cpu_limit",
     "memory_limit",
+    "oom_kills",
     "parse_cfs",
     "parse_cpu_max",
     "parse_memory_limit",
     "parse_mountinfo",
+    "parse_oom_kill",
     "parse_proc_cgroup",
+    "read_oom_kill",
 ]
 
 UNLIMITED_BYTES = 1 << 60
@@ -246,3 +254,36 @@ def affinity_cores(pid: int) -> int | None:
         return len(os.sched_getaffinity(pid))
     except (OSError, AttributeError):
         return None
+
+
+def parse_oom_kill(text: str) -> int | None:
+    """The ``oom_kill`` count of a v2 ``memory.events`` or v1 ``memory.oom_control`` text,
+    None when it has none (a v1 kernel older than 4.13)."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "oom_kill":
+            try:
+                return int(parts[1])
+            except ValueError:
+                return None
+    return None
+
+
+def oom_kills(pid: int, *, proc: Path = Path("/proc")) -> tuple[Path, int] | None:
+    """(the file read, its ``oom_kill`` count) for ``pid``'s innermost memory cgroup; None
+    when the process is gone or no counter can be read."""
+    found = cgroup_dirs(pid, "memory", proc=proc)
+    if found is None:
+        return None
+    version, dirs = found
+    path = dirs[0] / ("memory.events" if version == 2 else "memory.oom_control")
+    text = _read(path)
+    count = None if text is None else parse_oom_kill(text)
+    return None if count is None else (path, count)
+
+
+def read_oom_kill(path: Path) -> int | None:
+    """The ``oom_kill`` count in ``path`` now (a file :func:`oom_kills` named), None if it
+    cannot be read (the cgroup was removed)."""
+    text = _read(path)
+    return None if text is None else parse_oom_kill(text)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the store (and numpy) load after the first sample: see _mai
 
 __all__ = [
     "MIN_INTERVAL",
+    "OomWatch",
     "Root",
     "Sampler",
     "Sink",
@@ -87,24 +88,46 @@ def end_of(code: int, t: float) -> TrialEnd:
 
 
 class StopSignal:
-    """Why and when to stop: ``stop`` (orderly: a stdin line or SIGTERM), ``exit`` (the root
-    ended with :attr:`code`, as the launcher says), ``root`` (the root process ended). The
-    first reason given wins. :attr:`eof` records that stdin closed, which alone stops
-    nothing."""
+    """Why and when to stop: ``stop`` (orderly: a stdin line or SIGTERM), ``end`` (orderly,
+    with how the launcher's trial ended: :attr:`end`), ``exit`` (the root ended with
+    :attr:`code`, as the launcher says), ``root`` (the root process ended). The first reason
+    given wins. :attr:`eof` records that stdin closed, which alone stops nothing."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.reason: str | None = None
         self.code: int | None = None
+        self.end: TrialEnd | None = None
         self.eof = False
         self._lock = threading.Lock()
 
-    def request(self, reason: str, code: int | None = None) -> None:
+    def request(self, reason: str, code: int | None = None, end: TrialEnd | None = None) -> None:
         with self._lock:
             if self.reason is None:
                 self.reason = reason
                 self.code = code
+                self.end = end
         self.event.set()
+
+
+def parse_end(arg: str) -> TrialEnd:
+    """The trial end an ``end JSON`` line carries (``tunescope/_protocol.py``), as a copy
+    that changes nothing unless the trial is still running; ValueError when malformed."""
+    import json
+
+    from tunescope.store import TrialEnd
+
+    raw = json.loads(arg)
+    if not isinstance(raw, dict) or raw.get("state") not in ("completed", "failed", "pruned"):
+        raise ValueError("not a trial end")
+    t = float(raw["t"])
+    error = raw.get("error")
+    code = raw.get("exit_code")
+    if not math.isfinite(t) or not (error is None or isinstance(error, str)):
+        raise ValueError("not a trial end")
+    if not (code is None or isinstance(code, int)):
+        raise ValueError("not a trial end")
+    return TrialEnd(str(raw["state"]), t, error, exit_code=code, only_if_running=True)
 
 
 class StdinWatch(threading.Thread):
@@ -137,6 +160,14 @@ class StdinWatch(threading.Thread):
                     self._stop_signal.request("stop")
                     return
                 head, _, arg = word.partition(" ")
+                if head == "end":
+                    try:
+                        end = parse_end(arg)
+                    except (ValueError, TypeError, KeyError):
+                        self._log("stdin-end", "ignoring a malformed end line on stdin")
+                        continue
+                    self._stop_signal.request("end", end=end)
+                    return
                 if head == "exit":
                     try:
                         code = int(arg)
@@ -146,13 +177,81 @@ class StdinWatch(threading.Thread):
                     self._stop_signal.request("exit", code)
                     return
                 if word:
-                    self._log("stdin-word", "ignoring %r on stdin (only stop and exit CODE)", word)
+                    self._log(
+                        "stdin-word", "ignoring %r on stdin (only stop, end and exit CODE)", word
+                    )
+
+
+class OomWatch:
+    """Whether the kernel's OOM killer ended a process: the ``oom_kill`` counter of its
+    innermost memory cgroup (``_cgroup.oom_kills``), read while it lives (at most every
+    :data:`OOM_EVERY_S`; a process may be moved into another cgroup after its start) and
+    compared once it ended. A counter that rose while the process was in that cgroup, with
+    an exit by SIGKILL (or an exit whose code no one knows), is an OOM kill."""
+
+    OOM_EVERY_S = 1.0
+
+    def __init__(self, pid: int, mono: Callable[[], float] = time.monotonic) -> None:
+        self.pid = pid
+        self._mono = mono
+        self._path: Path | None = None
+        self._base = 0
+        self._at = -math.inf
+        self.check(force=True)
+
+    def check(self, *, force: bool = False) -> None:
+        """Read the process's cgroup and counter (rate-limited unless ``force``)."""
+        now = self._mono()
+        if not force and now - self._at < self.OOM_EVERY_S:
+            return
+        self._at = now
+        try:
+            from tunescope.collect._cgroup import oom_kills
+
+            got = oom_kills(self.pid)
+        except Exception:  # never into the sampling
+            return
+        if got is not None and got[0] != self._path:  # a new cgroup: its own baseline
+            self._path, self._base = got
+
+    def killed(self, code: int | None) -> bool:
+        """After the process ended with ``code`` (a shell's, None when unknown)."""
+        import signal
+
+        if self._path is None or (code is not None and code != 128 + signal.SIGKILL):
+            return False
+        from tunescope.collect._cgroup import read_oom_kill
+
+        now = read_oom_kill(self._path)
+        return now is not None and now > self._base
+
+
+def _zombie_code(pid: int) -> int | None:
+    """The exit code (a shell's) of ``pid`` while it is a zombie nobody reaped yet: field 52
+    of ``/proc/PID/stat`` (Linux 3.5+), None when unreadable or another user's."""
+    try:
+        me = os.geteuid()
+        if me != 0 and os.stat(f"/proc/{pid}").st_uid != me:
+            return None  # another user's: the kernel shows 0 for a code it does not let us see
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if fields[0] != b"Z" or len(fields) < 50:
+            return None
+        from tunescope._protocol import exit_code_of
+
+        return exit_code_of(int(fields[49]))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class Root:
     """The trial's root process: whether it ended, and with what code when it is this
     process's child (``tunescope run``'s command). A child is reaped by a thread of its own
-    that requests ``root`` on ``stop`` at once; another process is polled each sample."""
+    that requests ``root`` on ``stop`` at once; another process is polled each sample (its
+    code is known when the sampler sees it a zombie nobody reaped yet). An ``exec()`` keeps
+    the pid and the start time: the root goes on as the new program. :attr:`oom` tells an
+    OOM kill."""
 
     def __init__(self, pid: int, *, child: bool = False, stop: StopSignal | None = None) -> None:
         self.pid = pid
@@ -161,6 +260,7 @@ class Root:
         self.ended_at: float | None = None
         got = start_and_state(pid)
         self._start = None if got is None else got[0]
+        self.oom = OomWatch(pid)
         if child:
             threading.Thread(
                 target=self._reap, args=(stop,), name="tunescope-reaper", daemon=True
@@ -184,6 +284,8 @@ class Root:
 
     def ended(self) -> bool:
         if self.child:
+            if self.ended_at is None:
+                self.oom.check()
             return self.ended_at is not None
         if self.ended_at is not None:
             return True
@@ -192,10 +294,14 @@ class Root:
             try:
                 got = start_and_state(self.pid, strict=True)
                 gone = got is None or got[0] != self._start or got[1] in (b"Z", b"X")
+                if got is not None and got[0] == self._start and got[1] == b"Z":
+                    self.code = _zombie_code(self.pid)
             except OSError:  # another user's process (hidepid): it exists
                 gone = False
         if gone:
             self.ended_at = _clock.now()
+        else:
+            self.oom.check()
         return gone
 
 

@@ -10,15 +10,22 @@ GPU values start at the sample after the GPU library opened.
 The store comes from ``$TUNESCOPE_STORE`` (never the command line: it may hold a password),
 the trial's spec from ``$TUNESCOPE_SAMPLER_SPEC``. SIGINT, SIGHUP and SIGQUIT are ignored:
 Ctrl-C and a closing terminal reach the whole process group, and the sampler must outlive the
-training to record its end; SIGTERM stops it in order, like ``stop``.
+training to record its end (its launchers start it in a process group of its own, too). In
+watch mode SIGTERM stops it in order, like ``stop``; in run mode it stops nothing while the
+command lives (systemd's stop signals every process of the unit: the command gets its own
+SIGTERM, and the sampler records how it ended).
 
 How the sampler ends a trial: in run mode, with the command's exit code (completed on 0, else
-failed), whoever else died; in watch mode, on ``exit CODE`` the same way, and when the root
-process ends without a ``stop``: ``failed`` (if no one recorded another end first). After a
-``stop`` it leaves the state alone. Then it *lingers*: it gives the store up to
-``$TUNESCOPE_LINGER`` seconds (default :data:`LINGER_S`) to take what it holds, spools what is
-left, and, once the store is back, replays the spool files other processes released (a
-training that ended while the store was away hands its last batches over that way).
+failed), whoever else died; in watch mode, on ``exit CODE`` the same way, on ``end JSON`` with
+the end the launcher handed over (written only if the trial is still running: the launcher
+writes it too), and when the root process ends without a ``stop``: with its exit code when the
+sampler saw it a zombie nobody had reaped yet, else ``failed`` (either only if no one recorded
+another end first). A root that the kernel's OOM killer ended (``Root.oom``) ends ``failed``
+with ``out of memory (killed by the kernel)``. After a ``stop`` it leaves the state alone.
+Then it *lingers*: it gives the store up to ``$TUNESCOPE_LINGER`` seconds (default
+:data:`LINGER_S`) to take what it holds, spools what is left, and, once the store is back,
+replays the spool files other processes released (a training that ended while the store was
+away hands its last batches over that way).
 
 A *node sampler* (``--node``) samples one node of a multi-node trial (its samples and
 heartbeats, under its host name) and never ends the trial nor records events: the primary
@@ -127,6 +134,11 @@ def parser() -> argparse.ArgumentParser:
         help="run mode: file descriptor the command's stderr goes to",
     )
     p.add_argument(
+        protocol.FOREGROUND,
+        action="store_true",
+        help="run mode: make the command's process group the terminal's foreground group",
+    )
+    p.add_argument(
         "--exec",
         dest="run_mode",
         action="store_true",
@@ -206,7 +218,13 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     if command:  # run mode: the command first, before anything slow
         if spawned is None:
             try:
-                spawned = spawn(command, args.stderr_fd, os.environ, protocol.ENV_SPEC)
+                spawned = spawn(
+                    command,
+                    args.stderr_fd,
+                    os.environ,
+                    protocol.ENV_SPEC,
+                    foreground=args.foreground,
+                )
             except OSError as exc:
                 spawned = exc
             if isinstance(spawned, int):
@@ -223,6 +241,9 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     log = Once(logger)
 
     def _on_term(signum: int, frame: FrameType | None) -> None:
+        if command and not root.ended():  # run mode: the command's end is ours to record
+            log("sigterm", "SIGTERM: going on until the command ends, to record its end")
+            return
         stop.request("stop")
 
     signal.signal(signal.SIGTERM, _on_term)
@@ -377,20 +398,33 @@ def _await_word(stop: StopSignal) -> None:
 
 
 def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:
+    import dataclasses
+
     from tunescope.store import TrialEnd
 
     now = _clock.now()
     if stop.reason == "stop":
         return None
+    if stop.reason == "end":
+        return stop.end
+    end: TrialEnd | None = None
+    code: int | None = None
     if stop.reason == "exit" and stop.code is not None:
-        return end_of(stop.code, now)
-    if root.child and root.code is not None:
-        return end_of(root.code, root.ended_at or now)
-    if root.ended():  # the root ended without a stop: killed or crashed
-        return TrialEnd(
-            "failed", root.ended_at or now, failure_message(root.pid), only_if_running=True
-        )
-    return None
+        code = stop.code
+        end = end_of(code, now)
+    elif root.child and root.code is not None:
+        code = root.code
+        end = end_of(code, root.ended_at or now)
+    elif root.ended():  # the root ended without a stop: killed, crashed or exited
+        code = root.code  # seen as a zombie, when it was
+        t = root.ended_at or now
+        if code is not None:
+            end = dataclasses.replace(end_of(code, t), only_if_running=True)
+        else:
+            end = TrialEnd("failed", t, failure_message(root.pid), only_if_running=True)
+    if end is not None and end.state == "failed" and root.oom.killed(code):
+        end = dataclasses.replace(end, error=protocol.OOM_KERNEL)
+    return end
 
 
 def _linger(writer: Writer, url: str, logger: logging.Logger) -> None:

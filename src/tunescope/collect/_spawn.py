@@ -3,6 +3,11 @@
 ``python -m tunescope.collect ... --exec -- CMD`` makes the sampler the command's parent (see
 ``tunescope/_protocol.py``). The command must not wait for the sampler's imports, so
 ``__main__`` calls :func:`spawn_from_argv` first thing; it uses nothing but ``os``.
+
+The command runs in a process group of its own (a signal to the launcher's group, such as
+``timeout``'s or Slurm's, does not reach it twice: ``tunescope run`` forwards what it gets).
+With ``foreground``, the group is made the controlling terminal's foreground group, so that
+the terminal's Ctrl-C and Ctrl-\\ reach the command alone.
 """
 
 from __future__ import annotations
@@ -11,7 +16,14 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 
-__all__ = ["CHILD_DEFAULT_SIGNALS", "let_go_of_stdio", "spawn", "spawn_from_argv"]
+__all__ = [
+    "CHILD_DEFAULT_SIGNALS",
+    "give_terminal",
+    "let_go_of_stdio",
+    "spawn",
+    "spawn_from_argv",
+    "terminal_is_ours",
+]
 
 CHILD_DEFAULT_SIGNALS = (
     signal.SIGINT,
@@ -25,23 +37,77 @@ CHILD_DEFAULT_SIGNALS = (
 
 
 def spawn(
-    command: Sequence[str], stderr_fd: int | None, env: Mapping[str, str], env_drop: str
+    command: Sequence[str],
+    stderr_fd: int | None,
+    env: Mapping[str, str],
+    env_drop: str,
+    *,
+    foreground: bool = False,
 ) -> int:
     """Start ``command`` (searched on PATH) with the signals it would have had from a shell,
-    its stderr on ``stderr_fd`` when given, and ``env`` less ``env_drop``."""
+    its stderr on ``stderr_fd`` when given, and ``env`` less ``env_drop``, in a process group
+    of its own, made the terminal's foreground group with ``foreground`` (see the module
+    doc)."""
     actions: list[tuple[int, int, int]] = []
     if stderr_fd is not None:
         os.set_inheritable(stderr_fd, False)
         actions.append((os.POSIX_SPAWN_DUP2, stderr_fd, 2))
     env = {k: v for k, v in env.items() if k != env_drop}
-    return os.posix_spawnp(
+    pid = os.posix_spawnp(
         command[0],
         list(command),
         env,
         file_actions=actions,
+        setpgroup=0,
         setsigdef=CHILD_DEFAULT_SIGNALS,
         setsigmask=(),
     )
+    if foreground:
+        give_terminal(pid)
+    return pid
+
+
+def give_terminal(pgid: int) -> bool:
+    """Make ``pgid`` the controlling terminal's foreground process group (SIGTTOU blocked
+    meanwhile, as a background caller needs); True if done. A command that already tried to
+    read the terminal and was stopped for it (SIGTTIN) is continued."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return False
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTTOU,))
+    try:
+        os.tcsetpgrp(fd, pgid)
+        done = True
+    except OSError:
+        done = False
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        os.close(fd)
+    if done:
+        try:
+            with open(f"/proc/{pgid}/stat", "rb") as f:
+                raw = f.read()
+            if raw[raw.rfind(b")") + 2 :].split()[:1] == [b"T"]:
+                os.killpg(pgid, signal.SIGCONT)
+        except (OSError, IndexError):
+            pass
+    return done
+
+
+def terminal_is_ours() -> bool:
+    """Whether this process's group is its controlling terminal's foreground group (a
+    launcher started in the foreground of a terminal), False without a terminal."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def let_go_of_stdio(stderr_fd: int | None) -> None:
@@ -91,7 +157,7 @@ def spawn_from_argv(argv: Sequence[str], env_drop: str) -> int | OSError | None:
     status = _value(own, "--status-fd")
     stderr_fd = _value(own, "--stderr-fd")
     try:
-        pid = spawn(rest, stderr_fd, os.environ, env_drop)
+        pid = spawn(rest, stderr_fd, os.environ, env_drop, foreground="--foreground" in own)
     except OSError as exc:
         return exc
     let_go_of_stdio(stderr_fd)

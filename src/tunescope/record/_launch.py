@@ -5,7 +5,10 @@ The sampler runs as ``sys.executable -m tunescope.collect --trial-key KEY --pid 
 included, travels in its environment (``TUNESCOPE_STORE``), never on its command line, with
 the trial's spec, so that the sampler can create the trial if it reaches the store first.
 
-Starting does not wait for the sampler unless asked (``ready_timeout``): a trial's start is
+The sampler runs in a process group of its own: a signal to the training's group
+(``timeout``, Slurm's scancel, a shell's job control) must not stop the one process that
+records how the training ended. Starting does not wait for the sampler unless asked
+(``ready_timeout``): a trial's start is
 bounded, whatever the store does. Stopping (:meth:`SamplerHandle.request_stop`) asks for a
 final sample and returns at once; the sampler then writes what it holds, however long the store
 takes, and exits by itself: it is never killed with data in hand. The launcher never raises
@@ -17,6 +20,7 @@ those warnings; stdout is drained by a reader thread so the pipe never fills.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -29,12 +33,26 @@ import tunescope._protocol as protocol
 from tunescope import _clock
 from tunescope.record._env import ENV_STORE
 from tunescope.record._safety import LOG
-from tunescope.store import TrialSpec
+from tunescope.store import TrialEnd, TrialSpec
 
-__all__ = ["MAX_RESTARTS", "SamplerHandle", "Supervised", "start_sampler"]
+__all__ = ["MAX_RESTARTS", "SamplerHandle", "Supervised", "end_line", "own_group", "start_sampler"]
 
 MAX_RESTARTS = 3
 """How many times a trial's sampler is started again after it died."""
+
+
+def own_group() -> dict[str, object]:
+    """``subprocess.Popen`` keywords that start a process in a process group of its own,
+    in the caller's session (so that it keeps the controlling terminal)."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
+
+
+def end_line(end: TrialEnd) -> str:
+    """The ``end JSON`` line that hands a trial's end to its sampler (``_protocol``)."""
+    raw = {"state": end.state, "t": end.t, "error": end.error, "exit_code": end.exit_code}
+    return f"{protocol.END} {json.dumps(raw)}"
 
 
 def _tail(f: IO[bytes] | None, lines: int = 5) -> str:
@@ -92,27 +110,35 @@ class SamplerHandle:
         """The last lines the sampler wrote to stderr, joined by `` | ``."""
         return _tail(self._err, lines)
 
-    def _say(self, line: str) -> None:
+    def _say(self, line: str) -> bool:
+        """Write ``line`` and close stdin, once; True if the line went into the pipe of a
+        sampler that had not exited."""
         with self._lock:
             if self._stopped:
-                return
+                return False
             self._stopped = True
+            said = False
             stdin = self.proc.stdin
             if stdin is not None:
                 with contextlib.suppress(BrokenPipeError, OSError, ValueError):
                     stdin.write(line.encode() + b"\n")
                     stdin.flush()
+                    said = self.proc.poll() is None
                 with contextlib.suppress(BrokenPipeError, OSError, ValueError):
                     stdin.close()
+            return said
 
-    def request_stop(self) -> None:
-        """Ask for a final sample and an orderly exit; returns at once."""
-        self._say(protocol.STOP)
+    def request_stop(self, end: TrialEnd | None = None) -> bool:
+        """Ask for a final sample and an orderly exit, handing over how the trial ended when
+        ``end`` is given (the sampler writes it unless the trial ended by then); returns at
+        once, True if the sampler got the line."""
+        return self._say(protocol.STOP if end is None else end_line(end))
 
-    def send_exit(self, code: int) -> None:
+    def send_exit(self, code: int) -> bool:
         """Tell the sampler its root process ended with ``code``: it ends the trial and
-        exits (``tunescope run``, for a sampler watching a command it reaped itself)."""
-        self._say(f"{protocol.EXIT} {int(code)}")
+        exits (``tunescope run``, for a sampler watching a command it reaped itself). True
+        if the sampler got the line."""
+        return self._say(f"{protocol.EXIT} {int(code)}")
 
     def wait(self, timeout: float) -> int | None:
         """Wait up to ``timeout`` s for the sampler to exit; its code, or None if it still
@@ -209,6 +235,7 @@ def start_sampler(
             stderr=err,
             close_fds=True,
             env=env,
+            **own_group(),  # type: ignore[call-overload]
         )
     except Exception as exc:
         LOG.warning(
@@ -315,10 +342,13 @@ class Supervised:
         h = self.handle
         return None if h is None else h.pid
 
-    def request_stop(self) -> None:
+    def request_stop(self, end: TrialEnd | None = None) -> bool:
+        """Stop the sampler in order, handing it ``end`` (see
+        :meth:`SamplerHandle.request_stop`); True if a sampler got it."""
         with self._lock:
             if self.handle is not None:
-                self.handle.request_stop()
+                return self.handle.request_stop(end)
+            return False
 
     def wait(self, timeout: float) -> int | None:
         h = self.handle

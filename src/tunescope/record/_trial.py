@@ -8,10 +8,15 @@ environment (see ``_env``) so child processes join it. Entering waits at most
 sample; leaving at most :data:`EXIT_WAIT_S`: it asks the sampler for a final sample, hands the
 last batch (with how the trial ended) to the writer, and gives the store until the deadline to
 take it. What the store has not taken by then is spooled, and replayed by the sampler, which
-outlives the training, or by ``tunescope sync``. The state: ``completed`` after a normal end
-(or ``SystemExit`` with code 0 / None), ``failed`` with ``"ExcType: message"`` after any other
-exception, KeyboardInterrupt included. The exception propagates unchanged. When the store
-cannot be used at all the block still runs, recording nothing.
+outlives the training, or by ``tunescope sync``. The end is written ahead of the process's
+exit: it goes to the writer (store, else spool) and is handed to the sampler too, which writes
+it unless the trial has ended by then; when neither kept it, leaving says so on stderr. The
+state: ``completed`` after a normal end (or ``SystemExit`` with code 0 / None), ``failed``
+with ``"ExcType: message"`` after any other exception, KeyboardInterrupt included; a
+``torch.cuda.OutOfMemoryError`` (recognised without importing torch) ends it ``failed`` with
+``"out of memory (CUDA); allocator peak X on cuda:N; OutOfMemoryError: ..."`` (the peak
+from ``torch.cuda.max_memory_allocated`` where CUDA was initialised). The exception
+propagates unchanged. When the store cannot be used at all the block still runs, recording nothing.
 
 An *attached* trial (``attach``: this process was started inside another process's trial)
 records into that trial, starts no sampler and changes no state on exit. An attached trial in
@@ -28,6 +33,7 @@ when the block ends with Optuna's ``TrialPruned`` (recognised without importing 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -40,6 +46,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunescope import _clock
+from tunescope._protocol import OOM_CUDA
 from tunescope.record import _state
 from tunescope.record._env import ENV_TRIAL_ID, process_rank, restore_env, set_env, trial_env
 from tunescope.record._flush import Flusher, flush_period
@@ -92,6 +99,40 @@ def _is_pruned(exc: BaseException) -> bool:
     """Whether ``exc`` is Optuna's ``TrialPruned`` (looked up, never imported)."""
     pruned = getattr(sys.modules.get("optuna.exceptions"), "TrialPruned", None)
     return isinstance(pruned, type) and isinstance(exc, pruned)
+
+
+def cuda_oom(exc: BaseException | None) -> BaseException | None:
+    """The ``torch.cuda.OutOfMemoryError`` that ``exc`` is or was raised from (its cause or
+    context, a few levels deep), looked up in torch if loaded, never imported; else None."""
+    torch = sys.modules.get("torch")
+    cls = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    if not isinstance(cls, type):
+        return None
+    for _ in range(5):
+        if exc is None:
+            return None
+        if isinstance(exc, cls):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def cuda_oom_text(exc: BaseException) -> str:
+    """How a trial that a CUDA OOM ended records it: :data:`~tunescope._protocol.OOM_CUDA`,
+    the allocator's peak where CUDA was initialised, and the exception."""
+    parts = [OOM_CUDA]
+    try:
+        cuda = sys.modules["torch"].cuda
+        if cuda.is_initialized():
+            peaks = [(cuda.max_memory_allocated(i), i) for i in range(cuda.device_count())]
+            peak, dev = max(peaks, default=(0, 0))
+            if peak > 0:
+                parts.append(f"allocator peak {peak / 2**30:.2f} GiB on cuda:{dev}")
+    except Exception:  # a peak is a bonus: the reason stands without it
+        pass
+    parts.append(error_text(exc))
+    text = "; ".join(parts)
+    return text if len(text) <= 4000 else text[:3997] + "..."
 
 
 def _tree_bytes(path: Path) -> int | None:
@@ -328,18 +369,32 @@ class Trial:
             rec.closed = True
             _state.pop(rec, self._prev)
         self._restore_env()
-        if self._sampler is not None:
-            self._sampler.request_stop()
         end = self._end(t_end, exc) if record_end else None
+        handed = False
+        if self._sampler is not None:
+            handed = self._sampler.request_stop(end)
         if self._flusher is not None:
             self._flusher.close(end, timeout=max(0.0, deadline - time.monotonic()))
         elif end is not None and self._key is not None:
             writer.put(Batch(self._key, end=end))
-        writer.close(max(0.0, deadline - time.monotonic() - 0.05))
+        landed = writer.close(max(0.0, deadline - time.monotonic() - 0.05))
+        if end is not None and not (landed or handed or writer.left_in_spool):
+            self._say_end_lost(end)
         if self._sampler is not None:
             self._sampler.wait(deadline - time.monotonic())
         if rec is not None:
             rec_trial.pop(id(rec), None)
+
+    def _say_end_lost(self, end: TrialEnd) -> None:
+        """Neither the store, the spool nor a sampler took the trial's end: say so."""
+        how = end.state if end.error is None else f"{end.state}: {end.error[:200]}"
+        with contextlib.suppress(Exception):  # a closed stderr: nothing more to do
+            sys.stderr.write(
+                f"tunescope: the end of trial {self.name or self._key} ({how}) was not kept: "
+                "the store did not take it in time, the spool could not, and no sampler "
+                "was there to hand it to\n"
+            )
+            sys.stderr.flush()
 
     def _restore_env(self) -> None:
         saved, self._env_saved = self._env_saved, None
@@ -355,6 +410,8 @@ class Trial:
             state, error, defer = self._end_as
         elif exc is not None and _is_pruned(exc):
             state = "pruned"
+        elif (oom := cuda_oom(exc)) is not None:
+            state, error = "failed", cuda_oom_text(oom)
         elif exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             state, error = "failed", error_text(exc)
         return TrialEnd(state, t_end, error, only_if_running=defer)

@@ -112,6 +112,7 @@ PUBLIC = {
         "job_key",
         "jsonable",
         "error_text",
+        "own_group",
     },
 }
 

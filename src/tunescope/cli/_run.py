@@ -45,9 +45,7 @@ from typing import IO, Any
 
 import tunescope._protocol as protocol
 from tunescope import _clock
-from tunescope.collect import spawn
-from tunescope.collect._loop import OomWatch, end_of
-from tunescope.collect._spawn import give_terminal, terminal_is_ours
+from tunescope.collect import OomWatch, end_of, give_terminal, spawn, terminal_is_ours
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 from tunescope.record import (
     ENTER_WAIT_S,
@@ -59,10 +57,10 @@ from tunescope.record import (
     check_mode,
     find_job,
     job_key,
+    own_group,
     start_sampler,
     trial_env,
 )
-from tunescope.record._launch import own_group
 from tunescope.store import (
     Batch,
     TrialEnd,

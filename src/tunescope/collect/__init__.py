@@ -34,10 +34,17 @@ if TYPE_CHECKING:
     )
     from tunescope.collect._gpuprobe import DEVICE_WIDE_NOTE, GpuProbe
     from tunescope.collect._host import HostProbe
-    from tunescope.collect._loop import MIN_INTERVAL, Sampler, StopSignal, failure_message
+    from tunescope.collect._loop import (
+        MIN_INTERVAL,
+        OomWatch,
+        Sampler,
+        StopSignal,
+        end_of,
+        failure_message,
+    )
     from tunescope.collect._main import main
     from tunescope.collect._replay import ReplayBackend, builtin_fixtures, load_replay
-    from tunescope.collect._spawn import spawn
+    from tunescope.collect._spawn import give_terminal, spawn, terminal_is_ours
 
 _WHERE = {
     "cpu_limit": "_cgroup",
@@ -55,11 +62,15 @@ _WHERE = {
     "Sampler": "_loop",
     "StopSignal": "_loop",
     "failure_message": "_loop",
+    "OomWatch": "_loop",
+    "end_of": "_loop",
     "main": "_main",
     "ReplayBackend": "_replay",
     "builtin_fixtures": "_replay",
     "load_replay": "_replay",
     "spawn": "_spawn",
+    "give_terminal": "_spawn",
+    "terminal_is_ours": "_spawn",
 }
 
 __all__ = [
@@ -72,17 +83,21 @@ __all__ = [
     "GpuReading",
     "HostProbe",
     "NvmlBackend",
+    "OomWatch",
     "ReplayBackend",
     "Sampler",
     "StopSignal",
     "builtin_fixtures",
     "cpu_limit",
+    "end_of",
     "failure_message",
+    "give_terminal",
     "load_replay",
     "main",
     "memory_limit",
     "open_gpu_backend",
     "spawn",
+    "terminal_is_ours",
 ]
 
 

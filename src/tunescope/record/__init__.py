@@ -74,7 +74,13 @@ from tunescope.record._env import (
     trial_env,
 )
 from tunescope.record._job import ENV_JOB_ID, Job, find_job, job_key
-from tunescope.record._launch import MAX_RESTARTS, SamplerHandle, Supervised, start_sampler
+from tunescope.record._launch import (
+    MAX_RESTARTS,
+    SamplerHandle,
+    Supervised,
+    own_group,
+    start_sampler,
+)
 from tunescope.record._mode import ENV_MODE, ENV_QUIET, MODES, check_mode, disabled
 from tunescope.record._run import ENTER_WAIT_S, Background, Run, current_trial, run
 from tunescope.record._trial import EXIT_WAIT_S, Trial, error_text, jsonable
@@ -106,6 +112,7 @@ __all__ = [
     "find_job",
     "job_key",
     "jsonable",
+    "own_group",
     "process_rank",
     "run",
     "start_sampler",

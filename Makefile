@@ -38,10 +38,13 @@ dist: $(STAMP) $(STATIC)
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 
-# Debian's Chromium for the browser tests (Playwright cannot download browsers here).
+# Debian's packages the tests drive for real: Chromium for the browser tests (Playwright
+# cannot download browsers here), Prometheus for the scrape test, openssl for the TLS tests.
+SYSTEM_TOOLS := /usr/bin/chromium /usr/bin/prometheus /usr/bin/openssl
 browser:
-	@command -v chromium >/dev/null || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@for f in $(SYSTEM_TOOLS); do test -x $$f || missing=1; done; \
+	  if [ -n "$$missing" ]; then apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium prometheus openssl >/dev/null; fi
 
 # On a machine with an NVIDIA GPU: known workloads (idle, matmul, memcpy, 10 GiB, two processes)
 # run under tunescope and checked against nvidia-smi and torch, table printed, exit 1 when out

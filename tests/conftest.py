@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from collect_helpers import Proc
@@ -46,6 +48,88 @@ def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "spool"
     monkeypatch.setenv("TUNESCOPE_SPOOL", str(folder))
     return folder
+
+
+LEAK_GRACE_S = 5.0
+"""How long a test's processes may take to end after it (a sampler writing its last batch)."""
+
+
+def _ours(marker: bytes) -> dict[int, str]:
+    """Processes this test may have started, pid -> command line: the descendants of this
+    process, and any process whose environment carries ``marker`` (this test's spool folder,
+    which its subprocesses inherit), so that a sampler reparented to init when its training
+    exited is found too. Zombies hold nothing and are left out."""
+    me = psutil.Process()
+    found: dict[int, psutil.Process] = {p.pid: p for p in me.children(recursive=True)}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in found and int(entry) != me.pid:
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        found[int(entry)] = psutil.Process(int(entry))
+            except (OSError, psutil.Error):
+                continue
+    out: dict[int, str] = {}
+    for pid, p in found.items():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out[pid] = " ".join(p.cmdline())[:300]
+        except psutil.Error:
+            continue
+    return out
+
+
+def _fds() -> dict[int, str]:
+    """This process's open file descriptors, fd -> what it points at."""
+    out: dict[int, str] = {}
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            out[int(entry)] = os.readlink(f"/proc/self/fd/{entry}")
+        except OSError:
+            continue  # the descriptor listdir itself used, closed meanwhile
+    return out
+
+
+def _kept_fd(target: str) -> bool:
+    """Descriptors a library legitimately keeps for the life of the process, opened lazily by
+    the first test that needs them: the system's random source, the kernel's inotify and
+    epoll instances of event loops that live on, and shared-memory of libraries (torch)."""
+    return target in ("/dev/urandom", "/dev/random", "/dev/null") or target.startswith(
+        ("anon_inode:[eventpoll]", "anon_inode:inotify", "/dev/shm/")
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(spool: Path) -> Iterator[None]:
+    """Fail the test that leaves a process or a file descriptor behind for the next one.
+
+    Processes: those it started (:func:`_ours`) still alive :data:`LEAK_GRACE_S` after it
+    ended; they are killed, and named by command line. A test whose trial's sampler outlives
+    the training waits for it (``fault_helpers.settled``). Descriptors: those of this process
+    open after the test that were not before it, named by what they point at. What session
+    and module fixtures started before the test is not the test's."""
+    marker = f"TUNESCOPE_SPOOL={spool}".encode()
+    before_procs = set(_ours(marker))
+    before_fds = _fds()
+    yield
+    end = time.monotonic() + LEAK_GRACE_S
+    while True:
+        left = {k: v for k, v in _ours(marker).items() if k not in before_procs}
+        if not left or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    opened = {
+        fd: target
+        for fd, target in _fds().items()
+        if before_fds.get(fd) != target and not _kept_fd(target)
+    }
+    problems = [f"process {pid} still running: {cmd}" for pid, cmd in sorted(left.items())]
+    problems += [f"file descriptor {fd} left open: {t}" for fd, t in sorted(opened.items())]
+    if problems:
+        pytest.fail("the test leaked into the next one:\n  " + "\n  ".join(problems))
 
 
 BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else [])

@@ -5,6 +5,7 @@ an HTTP store on a real tunescope server."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
 import uuid
@@ -14,6 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
+from _pytest.logging import caplog_records_key
 
 from collect_helpers import Proc
 from http_helpers import Server, make_token
@@ -54,13 +56,22 @@ LEAK_GRACE_S = 5.0
 """How long a test's processes may take to end after it (a sampler writing its last batch)."""
 
 
-def _ours(marker: bytes) -> dict[int, str]:
+def _ours(marker: bytes, fixtures: set[int]) -> dict[int, str]:
     """Processes this test may have started, pid -> command line: the descendants of this
     process, and any process whose environment carries ``marker`` (this test's spool folder,
     which its subprocesses inherit), so that a sampler reparented to init when its training
-    exited is found too. Zombies hold nothing and are left out."""
+    exited is found too. What a process of ``fixtures`` (those that ran before the test: a
+    module's Ray cluster, a session's server) starts is that fixture's, not the test's.
+    Zombies hold nothing and are left out."""
     me = psutil.Process()
-    found: dict[int, psutil.Process] = {p.pid: p for p in me.children(recursive=True)}
+    found: dict[int, psutil.Process] = {}
+    todo = [me]
+    while todo:
+        with contextlib.suppress(psutil.Error):
+            for child in todo.pop().children():
+                if child.pid not in fixtures and child.pid not in found:
+                    found[child.pid] = child
+                    todo.append(child)
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) not in found and int(entry) != me.pid:
             try:
@@ -72,7 +83,7 @@ def _ours(marker: bytes) -> dict[int, str]:
     out: dict[int, str] = {}
     for pid, p in found.items():
         try:
-            if p.status() != psutil.STATUS_ZOMBIE:
+            if pid not in fixtures and p.status() != psutil.STATUS_ZOMBIE:
                 out[pid] = " ".join(p.cmdline())[:300]
         except psutil.Error:
             continue
@@ -80,13 +91,19 @@ def _ours(marker: bytes) -> dict[int, str]:
 
 
 def _fds() -> dict[int, str]:
-    """This process's open file descriptors, fd -> what it points at."""
+    """This process's open file descriptors, fd -> what it points at (a socket with its
+    addresses, when it has any)."""
     out: dict[int, str] = {}
     for entry in os.listdir("/proc/self/fd"):
         try:
             out[int(entry)] = os.readlink(f"/proc/self/fd/{entry}")
         except OSError:
             continue  # the descriptor listdir itself used, closed meanwhile
+    if any(t.startswith("socket:") for t in out.values()):
+        with contextlib.suppress(psutil.Error):
+            for c in psutil.Process().net_connections(kind="all"):
+                if c.fd in out and (c.laddr or c.raddr):
+                    out[c.fd] += f" {c.laddr} -> {c.raddr} {c.status}"
     return out
 
 
@@ -100,7 +117,7 @@ def _kept_fd(target: str) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def no_leaks(spool: Path) -> Iterator[None]:
+def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test that leaves a process or a file descriptor behind for the next one.
 
     Processes: those it started (:func:`_ours`) still alive :data:`LEAK_GRACE_S` after it
@@ -109,12 +126,18 @@ def no_leaks(spool: Path) -> Iterator[None]:
     open after the test that were not before it, named by what they point at. What session
     and module fixtures started before the test is not the test's."""
     marker = f"TUNESCOPE_SPOOL={spool}".encode()
-    before_procs = set(_ours(marker))
+    before_procs = set(_ours(marker, set()))
     before_fds = _fds()
     yield
+    # pytest keeps the test's log records until its report is made: a record's arguments (an
+    # exception, whose frames hold a store) are not the test's leak. Its text is kept.
+    for records in request.node.stash.get(caplog_records_key, {}).values():
+        for r in records:
+            r.msg, r.args, r.exc_info = r.getMessage(), None, None
+    gc.collect()  # what only a reference cycle holds (an exception's frames) closes now
     end = time.monotonic() + LEAK_GRACE_S
     while True:
-        left = {k: v for k, v in _ours(marker).items() if k not in before_procs}
+        left = _ours(marker, before_procs)
         if not left or time.monotonic() > end:
             break
         time.sleep(0.1)

@@ -440,27 +440,54 @@ class Row:
 
     def misses(self) -> list[str]:
         """Each target this cell missed, in words (empty: it held)."""
+        return [text for _kind, text in self.graded()]
+
+    def graded(self) -> list[tuple[str, str]]:
+        """(kind, words) of each target missed; kinds: samples, marks, scalars, end,
+        duplicates, lag, entering, leaving, call, and ``own`` for the class's own."""
         out = []
         if self.ratio < KEPT_TARGET:
-            out.append(f"samples {self.kept}/{self.expected} = {self.ratio:.3f} < {KEPT_TARGET}")
+            out.append(
+                ("samples", f"samples {self.kept}/{self.expected} = {self.ratio:.3f} < 0.98")
+            )
         if self.marks_made is not None and self.marks_kept != self.marks_made:
-            out.append(f"marks {self.marks_kept} kept of {self.marks_made}")
+            out.append(("marks", f"marks {self.marks_kept} kept of {self.marks_made}"))
         if self.scalars_made is not None and self.scalars_kept != self.scalars_made:
-            out.append(f"scalars {self.scalars_kept} kept of {self.scalars_made}")
+            out.append(("scalars", f"scalars {self.scalars_kept} kept of {self.scalars_made}"))
         got = End(self.state, self.reason, self.code)
         if got != self.want:
-            out.append(f"end {got} instead of {self.want}")
+            out.append(("end", f"end {got} instead of {self.want}"))
         if self.lag > LAG_BOUND_S:
-            out.append(f"the first sample came {self.lag:.2f} s after the start")
+            out.append(("lag", f"the first sample came {self.lag:.2f} s after the start"))
         if self.duplicates:
-            out.append(f"{self.duplicates} duplicates")
+            out.append(("duplicates", f"{self.duplicates} duplicates"))
         if self.enter is not None and self.enter > ENTER_BOUND_S:
-            out.append(f"entering held {self.enter:.3f} s > {ENTER_BOUND_S}")
+            out.append(("entering", f"entering held {self.enter:.3f} s > {ENTER_BOUND_S}"))
         if self.leave is not None and self.leave > LEAVE_BOUND_S:
-            out.append(f"leaving held {self.leave:.3f} s > {LEAVE_BOUND_S}")
+            out.append(("leaving", f"leaving held {self.leave:.3f} s > {LEAVE_BOUND_S}"))
         if self.call is not None and self.call > LEAVE_BOUND_S:
-            out.append(f"one call held {self.call:.3f} s > {LEAVE_BOUND_S}")
-        return out + self.own_misses
+            out.append(("call", f"one call held {self.call:.3f} s > {LEAVE_BOUND_S}"))
+        return out + [("own", m) for m in self.own_misses]
+
+    def open_only(self) -> str | None:
+        """When every miss is of a kind :data:`KNOWN_OPEN` lists: why (the test then reports
+        the cell as an expected failure, its row in the table all the same); else None."""
+        kinds = {k for k, _ in self.graded()}
+        if not kinds or not kinds <= KNOWN_OPEN.keys():
+            return None
+        return "; ".join(f"{k}: {KNOWN_OPEN[k]}" for k in sorted(kinds))
+
+
+KNOWN_OPEN: dict[str, str] = {
+    "entering": "issue 18: entering a run or a trial overshoots its 0.5 s wait (measured "
+    "0.50-0.69 s on a busy machine: the deadline is taken after the trial's setup)",
+    "samples": "issue 18: the sampler takes no samples while its store is locked, stopped or "
+    "its server is away (a hole the length of the outage), and a sampler killed after the "
+    "training ended (or beyond the restarts) loses what it held, with no gap recorded",
+}
+"""Misses the code on main makes today, by kind, with why: a cell whose only misses are of
+these kinds is an expected failure (xfail, with the reason) rather than a failure; any other
+miss fails it. Remove an entry once the fix for it is in: its cells must then hold."""
 
 
 def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:

@@ -63,6 +63,9 @@ def test_a_fault_at_a_phase_loses_nothing(
         row = fm.run_cell(fault, phase, c)
     rows.append(row)
     fm.keep(row)
+    why = row.open_only()
+    if why is not None:
+        pytest.xfail(f"{fm.table([row])}{why}")
     assert not row.misses(), fm.table([row])
 
 
@@ -84,5 +87,8 @@ def test_the_count_sees_a_loss() -> None:
     )  # fmt: skip
     misses = bad.misses()
     assert len(misses) == 8, misses
+    assert bad.open_only() is None  # a lost mark is never an expected failure
+    slow = replace(good, enter=0.6)
+    assert slow.open_only() == f"entering: {fm.KNOWN_OPEN['entering']}"
     assert "samples 97/100" in misses[0] and "marks 9 kept of 10" in misses[1]
     assert "NO: " in fm.table([bad]) and "| yes |" in fm.table([good])

@@ -116,6 +116,22 @@ def _kept_fd(target: str) -> bool:
     )
 
 
+def _listeners(fixtures: set[int]) -> set[int]:
+    """The ports that processes of wider-scoped fixtures (a module's Ray cluster, and what
+    it started since) listen on: a library's connection to one of them, opened lazily by the
+    first test that needs it, is that fixture's (it closes with it)."""
+    out: set[int] = set()
+    with contextlib.suppress(psutil.Error):
+        for c in psutil.net_connections(kind="inet"):
+            if c.status != psutil.CONN_LISTEN or not c.laddr or c.pid is None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                tree = {c.pid, *(p.pid for p in psutil.Process(c.pid).parents())}
+                if tree & fixtures:
+                    out.add(c.laddr.port)
+    return out
+
+
 @pytest.fixture(autouse=True)
 def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test that leaves a process or a file descriptor behind for the next one.
@@ -144,10 +160,13 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     for pid in left:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
+    servers = _listeners(before_procs)
     opened = {
         fd: target
         for fd, target in _fds().items()
-        if before_fds.get(fd) != target and not _kept_fd(target)
+        if before_fds.get(fd) != target
+        and not _kept_fd(target)
+        and not any(target.endswith(f", port={port}) ESTABLISHED") for port in servers)
     }
     problems = [f"process {pid} still running: {cmd}" for pid, cmd in sorted(left.items())]
     problems += [f"file descriptor {fd} left open: {t}" for fd, t in sorted(opened.items())]

@@ -160,17 +160,21 @@ def test_the_page_recovers_by_itself(cluster: PrivateCluster, pg: str) -> None:
     """`tunescope ui` on a server that restarts: 503 while it is down, 200 after, with no
     restart of the page's process."""
     from tunescope.server import create_app
+    from tunescope.server._app import release_store
 
     with open_store(pg) as st:
         st.ensure_run("r")
     app = create_app(pg)
-    assert request(app, "/api/runs").status_code == 200
-    cluster.stop()
-    down = request(app, "/api/runs")
-    assert down.status_code == 503 and down.json()["error"]["code"] == "store_unavailable"
-    assert down.headers["retry-after"] == "2"
-    cluster.start()
-    assert wait_for(lambda: request(app, "/api/runs").status_code == 200, 30)
+    try:
+        assert request(app, "/api/runs").status_code == 200
+        cluster.stop()
+        down = request(app, "/api/runs")
+        assert down.status_code == 503 and down.json()["error"]["code"] == "store_unavailable"
+        assert down.headers["retry-after"] == "2"
+        cluster.start()
+        assert wait_for(lambda: request(app, "/api/runs").status_code == 200, 30)
+    finally:
+        release_store(app.state.store)
 
 
 PASSWORD = "s3cr3t-Pa55"
@@ -182,6 +186,7 @@ def test_a_password_in_the_url_works_everywhere_and_shows_nowhere(
     """A store URL with a password: the SDK, its sampler and its children record; the
     password is on no command line, in no output, in no answer of the page."""
     from tunescope.server import create_app
+    from tunescope.server._app import release_store
 
     db = pg.rsplit("/", 1)[1]
     cluster.password_user("writer", PASSWORD, db)
@@ -207,10 +212,13 @@ def test_a_password_in_the_url_works_everywhere_and_shows_nowhere(
     assert "writer@127.0.0.1" in out.stderr
     for shown in (url, f"postgresql://writer@127.0.0.1:{cluster.port}/{db}?password={PASSWORD}"):
         app = create_app(shown)
-        health = request(app, "/api/health")
-        assert health.status_code == 200 and PASSWORD not in health.text
-        assert "writer@127.0.0.1" in health.json()["store"]
-        assert PASSWORD not in request(app, "/api/runs").text
+        try:
+            health = request(app, "/api/health")
+            assert health.status_code == 200 and PASSWORD not in health.text
+            assert "writer@127.0.0.1" in health.json()["store"]
+            assert PASSWORD not in request(app, "/api/runs").text
+        finally:
+            release_store(app.state.store)
 
 
 def _cmdlines_of_children(pid: int) -> list[str]:

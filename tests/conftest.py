@@ -160,14 +160,18 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     for pid in left:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
-    servers = _listeners(before_procs)
     opened = {
         fd: target
         for fd, target in _fds().items()
-        if before_fds.get(fd) != target
-        and not _kept_fd(target)
-        and not any(target.endswith(f", port={port}) ESTABLISHED") for port in servers)
+        if before_fds.get(fd) != target and not _kept_fd(target)
     }
+    if any(t.endswith(" ESTABLISHED") for t in opened.values()):
+        servers = _listeners(before_procs)
+        opened = {
+            fd: t
+            for fd, t in opened.items()
+            if not any(t.endswith(f", port={port}) ESTABLISHED") for port in servers)
+        }
     problems = [f"process {pid} still running: {cmd}" for pid, cmd in sorted(left.items())]
     problems += [f"file descriptor {fd} left open: {t}" for fd, t in sorted(opened.items())]
     if problems:

@@ -5,13 +5,17 @@ an HTTP store on a real tunescope server."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+from _pytest.logging import caplog_records_key
 
 from collect_helpers import Proc
 from http_helpers import Server, make_token
@@ -46,6 +50,132 @@ def spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "spool"
     monkeypatch.setenv("TUNESCOPE_SPOOL", str(folder))
     return folder
+
+
+LEAK_GRACE_S = 5.0
+"""How long a test's processes may take to end after it (a sampler writing its last batch)."""
+
+
+def _ours(marker: bytes, fixtures: set[int]) -> dict[int, str]:
+    """Processes this test may have started, pid -> command line: the descendants of this
+    process, and any process whose environment carries ``marker`` (this test's spool folder,
+    which its subprocesses inherit), so that a sampler reparented to init when its training
+    exited is found too. What a process of ``fixtures`` (those that ran before the test: a
+    module's Ray cluster, a session's server) starts is that fixture's, not the test's.
+    Zombies hold nothing and are left out."""
+    me = psutil.Process()
+    found: dict[int, psutil.Process] = {}
+    todo = [me]
+    while todo:
+        with contextlib.suppress(psutil.Error):
+            for child in todo.pop().children():
+                if child.pid not in fixtures and child.pid not in found:
+                    found[child.pid] = child
+                    todo.append(child)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in found and int(entry) != me.pid:
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        found[int(entry)] = psutil.Process(int(entry))
+            except (OSError, psutil.Error):
+                continue
+    out: dict[int, str] = {}
+    for pid, p in found.items():
+        try:
+            if pid not in fixtures and p.status() != psutil.STATUS_ZOMBIE:
+                out[pid] = " ".join(p.cmdline())[:300]
+        except psutil.Error:
+            continue
+    return out
+
+
+def _fds() -> dict[int, str]:
+    """This process's open file descriptors, fd -> what it points at (a socket with its
+    addresses, when it has any)."""
+    out: dict[int, str] = {}
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            out[int(entry)] = os.readlink(f"/proc/self/fd/{entry}")
+        except OSError:
+            continue  # the descriptor listdir itself used, closed meanwhile
+    if any(t.startswith("socket:") for t in out.values()):
+        with contextlib.suppress(psutil.Error):
+            for c in psutil.Process().net_connections(kind="all"):
+                if c.fd in out and (c.laddr or c.raddr):
+                    out[c.fd] += f" {c.laddr} -> {c.raddr} {c.status}"
+    return out
+
+
+def _kept_fd(target: str) -> bool:
+    """Descriptors a library legitimately keeps for the life of the process, opened lazily by
+    the first test that needs them: the system's random source, the kernel's inotify and
+    epoll instances of event loops that live on, and shared-memory of libraries (torch)."""
+    return target in ("/dev/urandom", "/dev/random", "/dev/null") or target.startswith(
+        ("anon_inode:[eventpoll]", "anon_inode:inotify", "/dev/shm/")
+    )
+
+
+def _listeners(fixtures: set[int]) -> set[int]:
+    """The ports that processes of wider-scoped fixtures (a module's Ray cluster, and what
+    it started since) listen on: a library's connection to one of them, opened lazily by the
+    first test that needs it, is that fixture's (it closes with it)."""
+    out: set[int] = set()
+    with contextlib.suppress(psutil.Error):
+        for c in psutil.net_connections(kind="inet"):
+            if c.status != psutil.CONN_LISTEN or not c.laddr or c.pid is None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                tree = {c.pid, *(p.pid for p in psutil.Process(c.pid).parents())}
+                if tree & fixtures:
+                    out.add(c.laddr.port)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test that leaves a process or a file descriptor behind for the next one.
+
+    Processes: those it started (:func:`_ours`) still alive :data:`LEAK_GRACE_S` after it
+    ended; they are killed, and named by command line. A test whose trial's sampler outlives
+    the training waits for it (``fault_helpers.settled``). Descriptors: those of this process
+    open after the test that were not before it, named by what they point at. What session
+    and module fixtures started before the test is not the test's."""
+    marker = f"TUNESCOPE_SPOOL={spool}".encode()
+    before_procs = set(_ours(marker, set()))
+    before_fds = _fds()
+    yield
+    # pytest keeps the test's log records until its report is made: a record's arguments (an
+    # exception, whose frames hold a store) are not the test's leak. Its text is kept.
+    for records in request.node.stash.get(caplog_records_key, {}).values():
+        for r in records:
+            r.msg, r.args, r.exc_info = r.getMessage(), None, None
+    gc.collect()  # what only a reference cycle holds (an exception's frames) closes now
+    end = time.monotonic() + LEAK_GRACE_S
+    while True:
+        left = _ours(marker, before_procs)
+        if not left or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    opened = {
+        fd: target
+        for fd, target in _fds().items()
+        if before_fds.get(fd) != target and not _kept_fd(target)
+    }
+    if any(t.endswith(" ESTABLISHED") for t in opened.values()):
+        servers = _listeners(before_procs)
+        opened = {
+            fd: t
+            for fd, t in opened.items()
+            if not any(t.endswith(f", port={port}) ESTABLISHED") for port in servers)
+        }
+    problems = [f"process {pid} still running: {cmd}" for pid, cmd in sorted(left.items())]
+    problems += [f"file descriptor {fd} left open: {t}" for fd, t in sorted(opened.items())]
+    if problems:
+        pytest.fail("the test leaked into the next one:\n  " + "\n  ".join(problems))
 
 
 BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else [])

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from tunescope.store import Store, TrialInfo, open_store
+from tunescope.store import Store, TrialInfo, open_store, pending
 
 _HOLDER = textwrap.dedent(
     """
@@ -110,7 +110,7 @@ enter_run = time.monotonic() - t0
 t1 = time.monotonic()
 trial = run.trial("t", params={"lr": 0.1}).__enter__()
 enter = time.monotonic() - t1
-print("started", flush=True)
+print("started", trial.key, flush=True)
 marks, longest, k = 0, 0.0, 0
 end = time.monotonic() + seconds
 while time.monotonic() < end:
@@ -130,16 +130,23 @@ if hold == "hold":
     sys.stdin.readline()
 """
 """A training of known shape: ``mark(f"m{k}")`` and ``log(step=k, loss=k)`` every 50 ms for
-the given seconds, in trial "t" of run "faults"; it prints ``started``, then a JSON line with
+the given seconds, in trial "t" of run "faults"; it prints ``started KEY``, then a JSON line with
 how many marks it made, how long entering and leaving held it, the longest SDK call, and the
 trial's key. Arguments: store URL ('' for $TUNESCOPE_STORE), seconds, interval, and "hold" to
 wait for a line on stdin before exiting."""
 
 
+class Training(subprocess.Popen[str]):
+    """A running :data:`TRAINING`; :attr:`key` is its trial's key (known once it started)."""
+
+    key = ""
+
+
 def start_training(
     url: str, seconds: float, interval: float = 0.2, env: dict[str, str] | None = None
-) -> subprocess.Popen[str]:
-    p = subprocess.Popen(
+) -> Training:
+    """Start :data:`TRAINING` and return once it is inside its trial."""
+    p = Training(
         [sys.executable, "-c", TRAINING, url, str(seconds), str(interval), "no"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -147,8 +154,8 @@ def start_training(
         env=env,
     )
     assert p.stdout is not None
-    line = p.stdout.readline().strip()
-    assert line == "started", (line, p.stderr.read() if p.stderr else "")
+    word, _, p.key = p.stdout.readline().strip().partition(" ")
+    assert word == "started" and p.key, (word, p.stderr.read() if p.stderr else "")
     return p
 
 
@@ -160,6 +167,30 @@ def finish_training(p: subprocess.Popen[str], timeout: float = 120) -> dict[str,
     result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
     result["stderr"] = err
     return result
+
+
+COMMAND = """
+import signal, sys, time
+log, seconds, code = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+def seen(signum, frame):
+    with open(log, "a") as f:
+        f.write(f"{signum}\\n")
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, seen)
+print("ready", flush=True)
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    time.sleep(0.05)
+print("done", flush=True)
+end = time.monotonic() + 0.5
+while time.monotonic() < end:
+    time.sleep(0.05)
+sys.exit(code)
+"""
+"""A command of known shape for `tunescope run`: it prints ``ready``, works for the given
+seconds, prints ``done``, shuts down for half a second more, and exits with the given code;
+each SIGINT, SIGTERM and SIGHUP it gets meanwhile is appended to a log file (one number a
+line), and changes nothing else. Arguments: the log's path, seconds, exit code."""
 
 
 def gaps(times: list[float]) -> float:
@@ -184,6 +215,12 @@ def samplers_of(key: str) -> list[int]:
     return out
 
 
-def wait_samplers_gone(key: str, timeout: float = 60.0) -> None:
-    """Wait until the samplers of trial ``key`` have written what they hold and exited."""
-    assert wait_for(lambda: not samplers_of(key), timeout), samplers_of(key)
+def settled(url: str, key: str, timeout: float = 60.0) -> TrialInfo:
+    """Wait for the writers of trial ``key`` in the store at ``url``: its samplers have
+    written what they hold and exited, and no spool file waits for the store (in this test's
+    $TUNESCOPE_SPOOL); then the trial as stored. Reads that follow a trial's end call this,
+    never a sleep: the sampler outlives the training, and on a busy machine for long."""
+    assert wait_for(lambda: not samplers_of(key), timeout), f"samplers {samplers_of(key)} live"
+    assert wait_for(lambda: pending(url)[0] == 0, timeout), f"spool waits: {pending(url)}"
+    with open_store(url, create=False) as st:
+        return st.trial_by_key(key)

@@ -87,7 +87,11 @@ class PrivateCluster:
 
     def _as_postgres(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = args if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--", *args]
-        return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
+        # the server outlives the test that (re)started it: not the test's environment
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TUNESCOPE_")}
+        return subprocess.run(
+            cmd, check=check, capture_output=True, text=True, timeout=120, env=env
+        )
 
     # ------------------------------------------------------------------ control
     def start(self) -> None:

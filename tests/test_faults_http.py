@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PG_URL, pg_schema
-from fault_helpers import finish_training, gaps, sample_times, start_training, wait_samplers_gone
+from fault_helpers import finish_training, gaps, sample_times, settled, start_training
 from http_helpers import Server, make_token
 from tunescope.store import open_store
 
@@ -53,7 +53,7 @@ def test_a_server_killed_mid_trial_loses_nothing(
         server.start()
         back_at = time.time()
         result = finish_training(p)
-        wait_samplers_gone(str(result["key"]))
+        settled(url, str(result["key"]))
         with open_store(url) as st:  # read back through the server
             info = st.trial_by_key(str(result["key"]))
             assert info.state == "completed", (info.state, info.error, result["stderr"])

@@ -1,0 +1,590 @@
+"""The fault-class matrix: a training of known shape, run under a fault that strikes at a phase
+of its trial, recording into a store of one kind; then one count of what was kept.
+
+A *class* is a :class:`Fault`: the store kinds it applies to, how it strikes (:meth:`apply`)
+and ends (:meth:`heal`) at a phase, which training it needs (the SDK's
+:data:`fault_helpers.TRAINING`, or :data:`fault_helpers.COMMAND` under `tunescope run` for
+faults that act on the wrapper), and what the trial's end must then say. Adding a class is
+one small subclass and one entry in :data:`CLASSES`.
+
+The phases, timed from the moment the training is inside its trial (``t0``):
+
+- ``start``: applied before the training starts, healed 1.5 s after ``t0``;
+- ``middle``: applied 1 s after ``t0``, healed 2 s later;
+- ``across-end``: applied 1 s before the training's work ends, healed 1.5 s after it exited;
+- ``after-end``: applied as soon as the training exited (its sampler still writing), healed
+  2 s later.
+
+:func:`run_cell` runs one cell and returns a :class:`Row`: samples kept against those expected
+(the seconds the trial was alive from its first sample on, outside the gaps its samplers
+recorded, over the interval), marks and scalars made against kept (one for one), final
+state, reason and exit code, the longest holds of the training thread (entering a trial,
+leaving it, one SDK call, measured in the training as the other fault tests do), duplicates.
+:meth:`Row.misses` names each target the cell missed. :func:`table` renders rows as the
+Markdown table the closing note quotes; :func:`keep` appends a row to
+``$TUNESCOPE_MATRIX_OUT/matrix.jsonl`` when that is set. :data:`KNOWN_OPEN` lists the kinds of
+miss the code makes today (expected failures, with why).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from fault_helpers import (
+    COMMAND,
+    SqliteLock,
+    finish_training,
+    sample_times,
+    samplers_of,
+    settled,
+    start_training,
+    wait_for,
+)
+from http_helpers import Server, make_token
+from pg_cluster import PrivateCluster
+from tunescope.store import open_store
+
+PHASES = ("start", "middle", "across-end", "after-end")
+STORES = ("sqlite", "postgresql", "http")
+SECONDS = 4.0
+"""How long each training works (its trial is this long plus entering and leaving)."""
+INTERVAL = 0.2
+
+KEPT_TARGET = 0.98
+LAG_BOUND_S = 2.0
+"""The first sample comes at most this long after the trial's start. Samples are expected
+from the first one on: before it the sampler process was starting (entering the trial waits
+for it at most half a second), which no fault causes; a fault that kept sampling from
+starting shows here."""
+ENTER_BOUND_S = 0.5
+LEAVE_BOUND_S = 1.0
+"""The README's bounds: entering a run or a trial waits at most half a second, leaving a
+second. One SDK call (a mark, a log) is held to the leaving bound: it waits for nothing."""
+
+
+# ---------------------------------------------------------------------- a cell's parts
+@dataclass
+class Cell:
+    """One cell's store and training while it runs. ``url``: where the training records;
+    ``db_url``: the database behind it (the server's, for an HTTP store); ``server``: the
+    tunescope server of an HTTP store; ``env``: the training's environment; ``proc``: the
+    running training (the wrapper, under `tunescope run`); ``key``: its trial's key, once
+    known; ``stash``: the fault's own state between apply and heal."""
+
+    store: str
+    url: str
+    db_url: str
+    cluster: PrivateCluster
+    folder: Path
+    env: dict[str, str]
+    server: Server | None = None
+    proc: subprocess.Popen[str] | None = None
+    key: str = ""
+    stash: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class End:
+    """What the trial's end must say: state, reason (``error``) and exit code as stored."""
+
+    state: str = "completed"
+    reason: str | None = None
+    code: int | None = None
+
+
+class Fault:
+    """A fault class. Subclasses set :attr:`name` and :attr:`stores` and implement
+    :meth:`apply` and :meth:`heal`; :attr:`runner` is ``"sdk"`` (the SDK's TRAINING) or
+    ``"cli"`` (COMMAND under `tunescope run`)."""
+
+    name: ClassVar[str] = ""
+    stores: ClassVar[tuple[str, ...]] = STORES
+    runner: ClassVar[str] = "sdk"
+    seconds: ClassVar[float] = SECONDS
+    """How long the training works under this class."""
+    before_start: ClassVar[bool] = True
+    """At phase ``start``: applied before the training starts (False: as soon as it is in its
+    trial, for faults that need the training, like a signal to it)."""
+    at_done: ClassVar[bool] = False
+    """At phase ``across-end``: applied when the training says it is done (COMMAND prints
+    ``done`` and goes on for half a second), not 1 s before its work ends."""
+
+    def apply(self, cell: Cell, phase: str) -> None:
+        raise NotImplementedError
+
+    def heal(self, cell: Cell, phase: str) -> None:
+        raise NotImplementedError
+
+    def end(self, cell: Cell, phase: str) -> End:
+        """The end the trial must record under this fault at this phase."""
+        return End(code=0 if self.runner == "cli" else None)
+
+    def note(self, cell: Cell) -> str:
+        """What the fault did, for the table (e.g. how many kills it made)."""
+        return ""
+
+    def misses(self, cell: Cell, phase: str) -> list[str]:
+        """Targets of this class's own that the cell missed (beyond :meth:`Row.misses`)."""
+        return []
+
+
+class StoreUnreachable(Fault):
+    """The store cannot be reached: the private PostgreSQL cluster stopped (``pg_ctl stop``),
+    the tunescope server of an HTTP store killed with SIGKILL (and started again on its port
+    to heal), a SQLite file locked by another process (past the 5 s busy timeout when the
+    phase lasts)."""
+
+    name = "store unreachable"
+
+    def apply(self, cell: Cell, phase: str) -> None:
+        if cell.store == "sqlite":
+            cell.stash["lock"] = SqliteLock(cell.url).hold()
+        elif cell.store == "postgresql":
+            cell.cluster.stop()
+        else:
+            assert cell.server is not None
+            cell.server.kill()
+
+    def heal(self, cell: Cell, phase: str) -> None:
+        if cell.store == "sqlite":
+            cell.stash.pop("lock").release()
+        elif cell.store == "postgresql":
+            cell.cluster.start()
+        else:
+            assert cell.server is not None
+            cell.server.start()
+
+
+class SamplerKilled(Fault):
+    """The trial's sampler killed with SIGKILL, then each one started in its place, up to 4
+    times in all (one more than the SDK restarts, :data:`tunescope.record.MAX_RESTARTS`). Each
+    is killed once it has written: the first once its samples are in the store, each new one
+    once the gap it records is. Kills stop when no new sampler appears within 4 s (once the
+    training ended, none is restarted)."""
+
+    name = "sampler killed 4x"
+    times = 4
+    seconds = 7.0  # each sampler needs a second or two to write before it is killed
+
+    def apply(self, cell: Cell, phase: str) -> None:
+        killed: list[int] = []
+
+        def kill_them() -> None:
+            for i in range(self.times):
+                if not wait_for(lambda: bool(_new(cell, killed)), 15.0 if i == 0 else 4.0):
+                    return
+                pid = _new(cell, killed)[0]
+                wait_for(lambda i=i, pid=pid: _written(cell, i) or not _alive(pid), 15.0)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+        th = threading.Thread(target=kill_them, daemon=True)
+        th.start()
+        cell.stash["killer"], cell.stash["killed"] = th, killed
+
+    def heal(self, cell: Cell, phase: str) -> None:
+        cell.stash["killer"].join(90)
+
+    def note(self, cell: Cell) -> str:
+        return f"{len(cell.stash.get('killed', []))} kills"
+
+
+def _written(cell: Cell, restarts: int) -> bool:
+    """Whether the trial's sampler number ``restarts`` (0: the first) has written: samples
+    are stored, and as many recorded gaps as restarts."""
+    try:
+        with open_store(cell.db_url, create=False) as st:
+            info = st.trial_by_key(cell.key)
+            if not st.list_series(info.id, "cpu.procs"):
+                return False
+            ev = st.events(info.id, 0, time.time() + 3600, kinds=["sampler_gap"]).events
+            return ev is not None and len(ev) >= restarts
+    except Exception:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _new(cell: Cell, killed: list[int]) -> list[int]:
+    return [p for p in samplers_of(cell.key) if p not in killed] if cell.key else []
+
+
+class SignalByPid(Fault):
+    """SIGTERM sent by pid to `tunescope run`'s wrapper (as ``kill PID`` does): the command
+    gets it exactly once and ends as it chooses (COMMAND finishes its work and exits 0); sent
+    after the wrapper exited, it reaches nothing and changes nothing. The store plays no part,
+    so one store kind is enough."""
+
+    name = "signal by pid"
+    stores = ("sqlite",)
+    runner = "cli"
+    before_start = False
+    at_done = True
+
+    def apply(self, cell: Cell, phase: str) -> None:
+        assert cell.proc is not None
+        sent = cell.proc.poll() is None
+        if sent:
+            cell.proc.send_signal(signal.SIGTERM)
+        cell.stash["sent"] = sent
+
+    def heal(self, cell: Cell, phase: str) -> None:
+        pass
+
+    def note(self, cell: Cell) -> str:
+        log = cell.folder / "signals.log"
+        got = log.read_text().split() if log.exists() else []
+        return f"sent {int(cell.stash.get('sent', False))}, command got {len(got)}"
+
+    def misses(self, cell: Cell, phase: str) -> list[str]:
+        log = cell.folder / "signals.log"
+        got = [int(x) for x in log.read_text().split()] if log.exists() else []
+        want = [signal.SIGTERM] if cell.stash.get("sent") else []
+        if phase != "after-end" and not cell.stash.get("sent"):
+            return ["the wrapper had exited before the signal was sent"]
+        return [] if got == want else [f"the command got signals {got}, not {want}"]
+
+
+CLASSES: list[Fault] = [StoreUnreachable(), SamplerKilled(), SignalByPid()]
+"""Every class the matrix crosses with the phases (and the stores each applies to)."""
+
+
+def cells() -> list[tuple[Fault, str, str]]:
+    """(class, phase, store) for every cell of the matrix."""
+    return [(f, ph, st) for f in CLASSES for st in f.stores for ph in PHASES]
+
+
+def cell_id(cell: tuple[Fault, str, str]) -> str:
+    f, ph, st = cell
+    return f"{f.name.replace(' ', '-')}/{ph}/{st}"
+
+
+# ---------------------------------------------------------------------- the stores
+@contextlib.contextmanager
+def open_cell(store: str, cluster: PrivateCluster, folder: Path) -> Any:
+    """A fresh store of kind ``store`` for one cell (a SQLite file; a database of the private
+    cluster; a tunescope server over such a database, with a project and a write token of its
+    own), torn down after (the cluster is left running, with its default settings)."""
+    env = dict(os.environ)
+    before = os.environ.get("TUNESCOPE_TOKEN")
+    server = None
+    try:
+        if store == "sqlite":
+            url = db_url = str(folder / "store.db")
+            open_store(url).close()
+        else:
+            cluster.reset()
+            db_url = cluster.fresh_database(f"m{uuid.uuid4().hex[:10]}")
+            url = db_url
+            if store == "http":
+                server = Server(db_url, folder / "server.log").start()
+                env["TUNESCOPE_TOKEN"] = make_token(db_url, "matrix")
+                url = server.url("matrix")
+                os.environ["TUNESCOPE_TOKEN"] = env["TUNESCOPE_TOKEN"]  # to read it back
+        yield Cell(store, url, db_url, cluster, folder, env, server=server)
+    finally:
+        if before is None:
+            os.environ.pop("TUNESCOPE_TOKEN", None)
+        else:
+            os.environ["TUNESCOPE_TOKEN"] = before
+        if server is not None:
+            server.stop()
+        if not cluster.running():
+            cluster.start()
+
+
+# ---------------------------------------------------------------------- one cell
+def run_cell(fault: Fault, phase: str, cell: Cell) -> Row:
+    """Run the training under ``fault`` at ``phase`` (see the module doc), heal, wait for the
+    trial's writers (:func:`fault_helpers.settled`), and count."""
+    assert phase in PHASES, phase
+    if phase == "start" and fault.before_start:
+        fault.apply(cell, phase)
+    _start(fault, cell)
+    t0 = time.monotonic()
+    try:
+        if phase == "start":
+            if not fault.before_start:
+                fault.apply(cell, phase)
+            _until(t0 + 1.5)
+            fault.heal(cell, phase)
+        elif phase == "middle":
+            _until(t0 + 1.0)
+            fault.apply(cell, phase)
+            _until(t0 + 3.0)
+            fault.heal(cell, phase)
+        elif phase == "across-end":
+            if fault.at_done:
+                _wait_done(cell)
+            else:
+                _until(t0 + fault.seconds - 1.0)
+            fault.apply(cell, phase)
+        result = _finish(fault, cell)
+        if phase == "across-end":
+            time.sleep(1.5)  # the fault outlasts the training by this much, on purpose
+            fault.heal(cell, phase)
+        elif phase == "after-end":
+            fault.apply(cell, phase)
+            time.sleep(2.0)  # the fault lasts this long, on purpose
+            fault.heal(cell, phase)
+    finally:
+        if cell.proc is not None and cell.proc.poll() is None:
+            cell.proc.kill()
+            cell.proc.communicate()
+    return count(fault, phase, cell, result)
+
+
+def _until(at: float) -> None:
+    time.sleep(max(0.0, at - time.monotonic()))
+
+
+def _start(fault: Fault, cell: Cell) -> None:
+    """Start the training; return once it is inside its trial, its key known."""
+    if fault.runner == "sdk":
+        p = start_training(cell.url, fault.seconds, INTERVAL, env=cell.env)
+        cell.proc, cell.key = p, p.key
+        return
+    log = cell.folder / "signals.log"
+    cell.proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "tunescope", "run", "--store", cell.url, "--run", "faults",
+            "--interval", str(INTERVAL), "--", sys.executable, "-c", COMMAND, str(log),
+            str(fault.seconds), "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cell.env,
+    )  # fmt: skip
+    assert cell.proc.stdout is not None
+    line = cell.proc.stdout.readline().strip()
+    assert line == "ready", (line, cell.proc.stderr.read() if cell.proc.stderr else "")
+    with open_store(cell.db_url, create=False) as st:
+        assert wait_for(lambda: bool(_trials(st)), 30), "the trial never appeared"
+        (cell.key,) = (t.key for t in _trials(st))
+
+
+def _trials(st: Any) -> list[Any]:
+    try:
+        return [t for r in st.list_runs() for t in st.list_trials(r.id)]
+    except Exception:
+        return []
+
+
+def _wait_done(cell: Cell) -> None:
+    """Read the command's output up to its ``done``."""
+    assert cell.proc is not None and cell.proc.stdout is not None
+    line = cell.proc.stdout.readline().strip()
+    assert line == "done", line
+
+
+def _finish(fault: Fault, cell: Cell) -> dict[str, Any]:
+    """Wait for the training to exit; what it reported (for a command: its code)."""
+    assert cell.proc is not None
+    if fault.runner == "sdk":
+        return finish_training(cell.proc, timeout=120)
+    _, err = cell.proc.communicate(timeout=120)
+    return {"rc": cell.proc.returncode, "stderr": err}
+
+
+# ---------------------------------------------------------------------- counting
+@dataclass
+class Row:
+    """One cell's count (see the module doc)."""
+
+    fault: str
+    phase: str
+    store: str
+    kept: int
+    expected: int
+    marks_made: int | None
+    marks_kept: int | None
+    scalars_made: int | None
+    scalars_kept: int | None
+    state: str
+    reason: str | None
+    code: int | None
+    rc: int
+    want: End
+    enter: float | None
+    leave: float | None
+    call: float | None
+    duplicates: int
+    gaps_s: float
+    lag: float
+    note: str = ""
+    own_misses: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.kept / self.expected if self.expected else 0.0
+
+    def misses(self) -> list[str]:
+        """Each target this cell missed, in words (empty: it held)."""
+        return [text for _kind, text in self.graded()]
+
+    def graded(self) -> list[tuple[str, str]]:
+        """(kind, words) of each target missed; kinds: samples, marks, scalars, end,
+        duplicates, lag, entering, leaving, call, and ``own`` for the class's own."""
+        out = []
+        if self.ratio < KEPT_TARGET:
+            out.append(
+                ("samples", f"samples {self.kept}/{self.expected} = {self.ratio:.3f} < 0.98")
+            )
+        if self.marks_made is not None and self.marks_kept != self.marks_made:
+            out.append(("marks", f"marks {self.marks_kept} kept of {self.marks_made}"))
+        if self.scalars_made is not None and self.scalars_kept != self.scalars_made:
+            out.append(("scalars", f"scalars {self.scalars_kept} kept of {self.scalars_made}"))
+        got = End(self.state, self.reason, self.code)
+        if got != self.want:
+            out.append(("end", f"end {got} instead of {self.want}"))
+        if self.lag > LAG_BOUND_S:
+            out.append(("lag", f"the first sample came {self.lag:.2f} s after the start"))
+        if self.duplicates:
+            out.append(("duplicates", f"{self.duplicates} duplicates"))
+        if self.enter is not None and self.enter > ENTER_BOUND_S:
+            out.append(("entering", f"entering held {self.enter:.3f} s > {ENTER_BOUND_S}"))
+        if self.leave is not None and self.leave > LEAVE_BOUND_S:
+            out.append(("leaving", f"leaving held {self.leave:.3f} s > {LEAVE_BOUND_S}"))
+        if self.call is not None and self.call > LEAVE_BOUND_S:
+            out.append(("call", f"one call held {self.call:.3f} s > {LEAVE_BOUND_S}"))
+        return out + [("own", m) for m in self.own_misses]
+
+    def open_only(self) -> str | None:
+        """When every miss is of a kind :data:`KNOWN_OPEN` lists: why (the test then reports
+        the cell as an expected failure, its row in the table all the same); else None."""
+        kinds = {k for k, _ in self.graded()}
+        if not kinds or not kinds <= KNOWN_OPEN.keys():
+            return None
+        return "; ".join(f"{k}: {KNOWN_OPEN[k]}" for k in sorted(kinds))
+
+
+KNOWN_OPEN: dict[str, str] = {
+    "entering": "issue 18: entering a run or a trial overshoots its 0.5 s wait (measured "
+    "0.50-0.69 s on a busy machine: the deadline is taken after the trial's setup)",
+    "samples": "issue 18: the sampler takes no samples while its store is locked, stopped or "
+    "its server is away (a hole the length of the outage), and a sampler killed after the "
+    "training ended (or beyond the restarts) loses what it held, with no gap recorded",
+}
+"""Misses the code on main makes today, by kind, with why: a cell whose only misses are of
+these kinds is an expected failure (xfail, with the reason) rather than a failure; any other
+miss fails it. Remove an entry once the fix for it is in: its cells must then hold."""
+
+
+def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
+    """Wait for the trial's writers, then count what its store kept (see :class:`Row`)."""
+    settled(cell.url, cell.key, timeout=180)
+    with open_store(cell.url, create=False) as st:
+        info = st.trial_by_key(cell.key)
+        t = sample_times(st, info.id, "cpu.procs")
+        window = st.events(info.id, 0, time.time() + 3600, limit=10**6).events
+        assert window is not None
+        marks = [e.name for e in window if e.kind == "mark"]
+        gaps = [(e.t, e.duration or 0.0) for e in window if e.kind == "sampler_gap"]
+        scalars = st.scalars(info.id, "loss") if fault.runner == "sdk" else []
+        code = st.exit_code(info.id)
+    end = info.end if info.end is not None else time.time()
+    first = min(t) if t else end  # before it, the sampler was starting (see LAG_BOUND_S)
+    gap_s = sum(max(0.0, min(a + d, end) - max(a, first)) for a, d in gaps)
+    expected = int((end - first - gap_s) / INTERVAL)
+    distinct = set(t)
+    outside = {x for x in distinct if not any(a <= x <= a + d for a, d in gaps)}
+    sdk = fault.runner == "sdk"
+    made = int(result["marks"]) if sdk else None
+    return Row(
+        fault=fault.name,
+        phase=phase,
+        store=cell.store,
+        kept=len(outside),
+        expected=expected,
+        marks_made=made,
+        marks_kept=len(set(marks)) if sdk else None,
+        scalars_made=made,
+        scalars_kept=len({s.step for s in scalars}) if sdk else None,
+        state=info.state,
+        reason=info.error,
+        code=code,
+        rc=int(cell.proc.returncode if cell.proc is not None else -1),
+        want=fault.end(cell, phase),
+        enter=max(float(result["enter"]), float(result["enter_run"])) if sdk else None,
+        leave=float(result["leave"]) if sdk else None,
+        call=float(result["longest_call"]) if sdk else None,
+        duplicates=(len(t) - len(distinct))
+        + (len(marks) - len(set(marks)))
+        + (len(scalars) - len({s.step for s in scalars})),
+        gaps_s=gap_s,
+        lag=first - info.start,
+        note=fault.note(cell),
+        own_misses=fault.misses(cell, phase),
+    )
+
+
+# ---------------------------------------------------------------------- the table
+def keep(row: Row) -> None:
+    """Append ``row`` to ``$TUNESCOPE_MATRIX_OUT/matrix.jsonl`` when that is set."""
+    out = os.environ.get("TUNESCOPE_MATRIX_OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with open(Path(out) / "matrix.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(asdict(row)) + "\n")
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def table(rows: list[Row]) -> str:
+    """The class × phase table (one line per cell), in Markdown."""
+    head = (
+        "| class | phase | store | samples kept / expected | marks, scalars | end (state, "
+        "reason, code) | dups | enter / leave / call s | first sample s | note | held |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    )
+    lines = []
+    for r in rows:
+        ev = (
+            "-"
+            if r.marks_made is None
+            else f"{r.marks_kept}/{r.marks_made}, {r.scalars_kept}/{r.scalars_made}"
+        )
+        misses = r.misses()
+        lines.append(
+            f"| {r.fault} | {r.phase} | {r.store} | {r.kept}/{r.expected} ({r.ratio:.1%}) | "
+            f"{ev} | {r.state}, {r.reason or '-'}, {'-' if r.code is None else r.code} | "
+            f"{r.duplicates} | {_s(r.enter)} / {_s(r.leave)} / {_s(r.call)} | {r.lag:.2f} | "
+            f"{r.note} | "
+            f"{'yes' if not misses else 'NO: ' + '; '.join(misses)} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def read_rows(path: Path) -> list[Row]:
+    """The rows :func:`keep` wrote."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        d["want"] = End(**d["want"])
+        rows.append(Row(**d))
+    return rows
+
+
+if __name__ == "__main__":  # python tests/fault_matrix.py DIR: the table of DIR/matrix.jsonl
+    print(table(read_rows(Path(sys.argv[1]) / "matrix.jsonl")), end="")

@@ -272,6 +272,9 @@ class _Wrapper:
         self.watcher: SamplerHandle | None = None
         self.restarts = 0
         self.alive_at = _clock.now()
+        self.gave_up_at: float | None = None
+        """When the last sampler was last seen alive, once no more are started: the end
+        written here records the gap from then on, as a restarted sampler would."""
         self.log: IO[bytes] | None = None
         self._buf = b""
         self._pending_signals: list[int] = []
@@ -320,9 +323,15 @@ class _Wrapper:
         end = end_of(code, _clock.now())
         if end.state == "failed" and self.oom is not None and self.oom.killed(code):
             end = TrialEnd(end.state, end.t, protocol.OOM_KERNEL, exit_code=code)
+        gap: tuple[tuple[Any, ...], ...] = ()
+        if self.gave_up_at is not None and end.t > self.gave_up_at:
+            why = f"sampler gave up after {self.restarts} restarts"
+            gap = (
+                ("sampler_gap", self.gave_up_at, why, None, end.t - self.gave_up_at, None, None),
+            )
         try:
             writer = Writer(self.url, spec=self.spec, name="tunescope run")
-            writer.put(Batch(self.spec.key, spec=self.spec, end=end))
+            writer.put(Batch(self.spec.key, spec=self.spec, events=gap, end=end))
             kept = writer.close(EXIT_WAIT_S) or writer.left_in_spool
         except Exception as exc:  # never in the way of the exit code
             kept = False
@@ -472,6 +481,7 @@ class _Wrapper:
             return
         if self.restarts >= MAX_RESTARTS:
             self.watcher = None
+            self.gave_up_at = self.alive_at
             print("tunescope: the sampler keeps dying; hardware series stop", file=sys.stderr)
             return
         self.restarts += 1

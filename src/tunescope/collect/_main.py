@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import tunescope._clock as _clock
 import tunescope._protocol as protocol
@@ -283,11 +283,10 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     if loading.gpu is not None:
         sampler.add_gpu(loading.gpu)  # from the next sample on
     sampler.flush()
-    writer.flush(READY_WAIT_S)
-    if not command:
-        with contextlib.suppress(OSError):
-            out.write(protocol.READY + "\n")
-            out.flush()
+    if not command:  # the SDK waits for "ready"; the samples go on meanwhile, on schedule
+        threading.Thread(
+            target=_say_ready, args=(writer, out), name="tunescope-ready", daemon=True
+        ).start()
     sampler.run(stop.event, root)
     if not command:
         _await_word(stop)
@@ -297,6 +296,15 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     sampler.finish(end)
     _linger(writer, url, logger)
     return 0
+
+
+def _say_ready(writer: Writer, out: IO[str]) -> None:
+    """Say ``ready`` once the first samples landed, or after :data:`READY_WAIT_S` (a store
+    that is away): from a thread of its own, so that the wait never holds the sampling."""
+    writer.flush(READY_WAIT_S)
+    with contextlib.suppress(OSError, ValueError):
+        out.write(protocol.READY + "\n")
+        out.flush()
 
 
 class _Loading(threading.Thread):

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO
+from typing import IO, Any
 
 import tunescope._protocol as protocol
 from tunescope import _clock
@@ -298,6 +298,10 @@ class Supervised:
         self._lock = threading.Lock()
         self.restarts = 0
         self._alive_at = _clock.now()
+        self.gave_up_at: float | None = None
+        """When the last sampler was last seen alive, once none is restarted any more (its
+        restarts used up): the trial has no samples from then on, a gap the trial's end
+        records (:meth:`gap_to`)."""
         self.handle = start_sampler(url, spec, pid, interval, node=node)
 
     def check(self) -> None:
@@ -312,6 +316,7 @@ class Supervised:
             url, spec, pid, interval = self._args
             if self.restarts >= MAX_RESTARTS:
                 self.handle = None
+                self.gave_up_at = self._alive_at
                 LOG.warning(
                     "tunescope: the sampler of trial %s died again (code %s); after %d "
                     "restarts, hardware series of this trial stop here%s",
@@ -335,6 +340,17 @@ class Supervised:
             self.handle = start_sampler(
                 url, spec, pid, interval, gap_since=self._alive_at, node=self._node
             )
+
+    def gap_to(self, t_end: float) -> tuple[Any, ...] | None:
+        """The ``sampler_gap`` event (an SDK event tuple) from the moment the last sampler was
+        seen alive to ``t_end``, when its restarts were used up (None otherwise): no sample
+        was taken then, and the gap says so, as a restarted sampler's does."""
+        with self._lock:
+            since = self.gave_up_at
+        if since is None or t_end <= since:
+            return None
+        why = f"sampler gave up after {self.restarts} restarts"
+        return ("sampler_gap", since, why, None, t_end - since, None, None)
 
     @property
     def pid(self) -> int | None:

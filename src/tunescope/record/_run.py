@@ -33,7 +33,7 @@ from tunescope.record import _state
 from tunescope.record._env import ENV_INTERVAL, ENV_STORE, attach_key
 from tunescope.record._mode import disabled, quiet
 from tunescope.record._safety import LOG, once
-from tunescope.record._trial import Trial, rec_trial
+from tunescope.record._trial import ENTER_WAIT_S, WAKE_MARGIN_S, Trial, rec_trial
 from tunescope.store import (
     display,
     open_store,
@@ -44,9 +44,6 @@ from tunescope.store import (
 )
 
 __all__ = ["ENTER_WAIT_S", "Run", "current_trial", "run"]
-
-ENTER_WAIT_S = 0.5
-"""Longest :func:`run` (and a trial's start) waits for the store before training goes on."""
 
 R = TypeVar("R")
 
@@ -203,7 +200,7 @@ def run(
             ).id
 
     probe = Background(ensure, "tunescope-run-probe")
-    probe.wait(ENTER_WAIT_S)
+    probe.wait(ENTER_WAIT_S - WAKE_MARGIN_S)
     err = probe.error
     if isinstance(err, ConfigError):
         raise err

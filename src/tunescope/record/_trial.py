@@ -58,10 +58,24 @@ from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, new_key, os_user
 if TYPE_CHECKING:
     from tunescope.record._run import Run
 
-__all__ = ["ENTER_WAIT_S", "EXIT_WAIT_S", "Trial", "error_text", "jsonable", "rec_trial"]
+__all__ = [
+    "ENTER_WAIT_S",
+    "EXIT_WAIT_S",
+    "WAKE_MARGIN_S",
+    "Trial",
+    "error_text",
+    "jsonable",
+    "rec_trial",
+]
 
 ENTER_WAIT_S = 0.5
-"""Longest entering a trial waits for the store and the sampler's first sample."""
+"""Longest entering a run or a trial holds the training thread, counted from the call."""
+
+WAKE_MARGIN_S = 0.15
+"""Of :data:`ENTER_WAIT_S`, what is left for the work after the waits: a thread whose wait
+times out is woken when the machine gives it a core again, which on a busy machine takes
+tens of milliseconds past the timeout. The waits for the store and the sampler's first
+sample end this much before the bound, so that entering still returns within it."""
 
 EXIT_WAIT_S = 0.8
 """Longest leaving a trial waits for its last writes (the rest is spooled), so that leaving
@@ -300,7 +314,7 @@ class Trial:
         run = self._run
         if not run.recording:
             return
-        deadline = time.monotonic() + ENTER_WAIT_S
+        deadline = time.monotonic() + ENTER_WAIT_S - WAKE_MARGIN_S
         start = _clock.start()  # the trial's times: this anchor + monotonic (see _clock)
         self._clocked = True
         owner = self._attach is None
@@ -366,6 +380,10 @@ class Trial:
         self._left = True
         deadline = time.monotonic() + EXIT_WAIT_S
         if rec is not None:
+            if self._sampler is not None:
+                gap = self._sampler.gap_to(t_end)
+                if gap is not None:
+                    rec.events.append(gap)
             rec.closed = True
             _state.pop(rec, self._prev)
         self._restore_env()

@@ -110,20 +110,23 @@ def _fds() -> dict[int, str]:
 def _kept_fd(target: str) -> bool:
     """Descriptors a library legitimately keeps for the life of the process, opened lazily by
     the first test that needs them: the system's random source, the kernel's inotify and
-    epoll instances of event loops that live on, and shared-memory of libraries (torch)."""
-    return target in ("/dev/urandom", "/dev/random", "/dev/null") or target.startswith(
-        ("anon_inode:[eventpoll]", "anon_inode:inotify", "/dev/shm/")
+    epoll instances of event loops that live on, shared-memory of libraries (torch), libuuid's
+    clock file and matplotlib's cached fonts."""
+    return (
+        target in ("/dev/urandom", "/dev/random", "/dev/null", "/var/lib/libuuid/clock.txt")
+        or target.startswith(("anon_inode:[eventpoll]", "anon_inode:inotify", "/dev/shm/"))
+        or "/matplotlib/mpl-data/fonts/" in target  # its font cache keeps them open
     )
 
 
 def _listeners(fixtures: set[int]) -> set[int]:
-    """The ports that processes of wider-scoped fixtures (a module's Ray cluster, and what
-    it started since) listen on: a library's connection to one of them, opened lazily by the
-    first test that needs it, is that fixture's (it closes with it)."""
+    """The ports of the sockets of wider-scoped fixtures' processes (a module's Ray cluster,
+    and what it started since), listening or serving: a library's connection to one of them,
+    opened lazily by the first test that needs it, is that fixture's (it closes with it)."""
     out: set[int] = set()
     with contextlib.suppress(psutil.Error):
         for c in psutil.net_connections(kind="inet"):
-            if c.status != psutil.CONN_LISTEN or not c.laddr or c.pid is None:
+            if not c.laddr or c.pid is None:  # listening, or serving one of our connections
                 continue
             with contextlib.suppress(psutil.Error):
                 tree = {c.pid, *(p.pid for p in psutil.Process(c.pid).parents())}
@@ -152,8 +155,9 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
             r.msg, r.args, r.exc_info = r.getMessage(), None, None
     gc.collect()  # what only a reference cycle holds (an exception's frames) closes now
     end = time.monotonic() + LEAK_GRACE_S
+    fixtures = before_procs | FIXTURE_PIDS
     while True:
-        left = _ours(marker, before_procs)
+        left = _ours(marker, fixtures)
         if not left or time.monotonic() > end:
             break
         time.sleep(0.1)
@@ -166,7 +170,7 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
         if before_fds.get(fd) != target and not _kept_fd(target)
     }
     if any(t.endswith(" ESTABLISHED") for t in opened.values()):
-        servers = _listeners(before_procs)
+        servers = _listeners(fixtures)
         opened = {
             fd: t
             for fd, t in opened.items()
@@ -190,6 +194,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield from _pg_schema_url()
 
 
+FIXTURE_PIDS: set[int] = set()
+"""Processes of session fixtures started lazily (from inside a test's setup, by
+``getfixturevalue``): theirs, not the test's (see :func:`no_leaks`)."""
+
+
 @pytest.fixture(scope="session")
 def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One tunescope server for the session (uvicorn on a loopback port, tokens required),
@@ -200,6 +209,8 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         db_url = stack.enter_context(pg_schema()) if PG_URL else str(folder / "server.db")
         server = Server(db_url, folder / "server.log").start()
         stack.callback(server.stop)
+        assert server.proc is not None
+        FIXTURE_PIDS.add(server.proc.pid)
         yield server
 
 

@@ -253,6 +253,7 @@ def test_wandb_gets_the_summary_in_its_offline_run_files(
         assert got is not None
     finally:
         wb.finish()
+        wandb.teardown()  # its service process ends with the test, not the session
     summary: dict[str, Any] = {}
     for rec in wandb_records(str(Path(wb.dir).parent)):
         if rec.WhichOneof("record_type") == "summary":

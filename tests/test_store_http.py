@@ -19,7 +19,7 @@ import pytest
 from fastapi import FastAPI
 
 from api_helpers import request
-from fault_helpers import sample_times, wait_for
+from fault_helpers import sample_times, settled, wait_for
 from http_helpers import Server, free_port, make_certificates, make_token
 from store_helpers import damage_chunk
 from tunescope.errors import AccessDenied, ConfigError, NotFound, StoreUnavailable
@@ -492,6 +492,6 @@ def test_tunescope_run_records_through_http(project: tuple[str, str]) -> None:
     assert token not in p.stdout + p.stderr
     with open_store(url) as st:
         (trial,) = st.list_trials(st.get_run("cmd").id)
-        assert wait_for(lambda: st.get_trial(trial.id).state == "failed", 30)
+        assert settled(url, trial.key).state == "failed"  # its sampler done writing
         assert st.exit_code(trial.id) == 3 and trial.params == {"lr": 0.1}
         assert len(sample_times(st, trial.id, "cpu.procs")) >= 5

@@ -215,12 +215,17 @@ def samplers_of(key: str) -> list[int]:
     return out
 
 
+def wait_samplers_gone(key: str, timeout: float = 60.0) -> None:
+    """Wait until no sampler of trial ``key`` runs (they wrote or spooled what they held)."""
+    assert wait_for(lambda: not samplers_of(key), timeout), f"samplers {samplers_of(key)} live"
+
+
 def settled(url: str, key: str, timeout: float = 60.0) -> TrialInfo:
     """Wait for the writers of trial ``key`` in the store at ``url``: its samplers have
     written what they hold and exited, and no spool file waits for the store (in this test's
     $TUNESCOPE_SPOOL); then the trial as stored. Reads that follow a trial's end call this,
     never a sleep: the sampler outlives the training, and on a busy machine for long."""
-    assert wait_for(lambda: not samplers_of(key), timeout), f"samplers {samplers_of(key)} live"
+    wait_samplers_gone(key, timeout)
     assert wait_for(lambda: pending(url)[0] == 0, timeout), f"spool waits: {pending(url)}"
     with open_store(url, create=False) as st:
         return st.trial_by_key(key)

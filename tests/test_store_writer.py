@@ -14,7 +14,7 @@ import pytest
 from fault_helpers import SqliteLock, wait_for
 from http_helpers import Server, make_token
 from tunescope.errors import Rejected, StoreUnavailable
-from tunescope.store import Batch, Store, TrialInfo, TrialSpec, new_key, open_store
+from tunescope.store import Batch, Store, TrialEnd, TrialInfo, TrialSpec, new_key, open_store
 from tunescope.store._spool import SpoolFile, pending, replay, spool_dir
 from tunescope.store._writer import Writer
 
@@ -465,3 +465,40 @@ def test_a_server_restarted_on_another_database_gets_the_trial_again(tmp_path: P
     assert stored(str(b), sp.key)[0] == [float(i) for i in range(5, 12)]
     ids_b = _batch_ids(str(b), sp.key)  # the trial re-created there: 7 batches, once each
     assert len(ids_b) == len(set(ids_b)) == 7
+
+
+def test_a_trials_end_is_spooled_at_once_while_the_store_is_away(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """Rule 4: with the store away, a batch carrying the trial's end goes to the spool at once
+    (with everything queued before it), not after spill_after: a process killed right after
+    its trial ended loses nothing of it."""
+    root = tmp_path / "spool"
+    open_store(sqlite_url).close()
+    sp = spec()
+    w = Writer(
+        sqlite_url,
+        spec=sp,
+        spool_root=root,
+        spill_after=3600.0,  # only the end's rule can spool within this test
+        store_factory=lambda u: open_store(u, timeout=0.2),
+    )
+    try:
+        with SqliteLock(sqlite_url):
+            w.put(batch(sp, 0))
+            assert wait_for(lambda: w.last_error is not None, 10)  # the store is known away
+            w.put(batch(sp, 1))
+            assert w.spooled == 0  # ordinary batches wait in memory
+            w.put(Batch(sp.key, end=TrialEnd("completed", T0 + 2, exit_code=0)))
+            assert w.spooled >= 2 and w.spool_path is not None
+            spool = SpoolFile.claim(w.spool_path)
+            assert spool is None  # still the writer's (locked), and on disk already:
+            frames = w.spool_path.read_bytes()
+            assert b"tunescope-spool" in frames and len(frames) > 100
+        assert w.flush(30)
+    finally:
+        w.close(5)
+    with open_store(sqlite_url, create=False) as st:
+        info = st.trial_by_key(sp.key)
+        assert info.state == "completed" and info.end == T0 + 2
+    assert stored(sqlite_url, sp.key) == ([0.0, 1.0], 2)

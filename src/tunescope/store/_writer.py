@@ -175,6 +175,11 @@ class Writer:
                     # the store keeps the writer's thread waiting (a lock, a frozen server):
                     # memory stays bounded all the same
                     self._spill_queue()
+                elif batch.end is not None and self._unavailable_since is not None:
+                    # the trial's end is written ahead: with the store away it goes to the
+                    # spool at once, with all before it, so a kill -9 of this process now
+                    # loses none of it
+                    self._spill_queue()
                 self._cond.notify_all()
             self._sync_spool()
         except Exception as exc:  # never into the producer

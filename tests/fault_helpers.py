@@ -1,14 +1,18 @@
-"""Faults to inject, for real: a SQLite lock held by another process, and small readers
-that count what a store kept."""
+"""Faults to inject, for real: a SQLite lock held by another process, a memory cgroup, a clock
+shim for a trial's processes; small readers that count what a store kept."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -229,3 +233,97 @@ def settled(url: str, key: str, timeout: float = 60.0) -> TrialInfo:
     assert wait_for(lambda: pending(url)[0] == 0, timeout), f"spool waits: {pending(url)}"
     with open_store(url, create=False) as st:
         return st.trial_by_key(key)
+
+
+# ---------------------------------------------------------------------- a clock fault
+SHIM = textwrap.dedent(
+    '''
+    """A clock fault for tests: time.time() and time.time_ns() of this process run
+    $TS_SHIM_SKEW seconds off, plus the seconds written in the file $TS_SHIM_STEP (read
+    every 20 ms: writing it steps the clock). Once the offset is not 0, the process writes
+    its pid into $TS_SHIM_PROOF (a folder) to prove it ran."""
+    import os, time
+
+    _real, _real_ns, _mono = time.time, time.time_ns, time.monotonic
+    _skew = float(os.environ.get("TS_SHIM_SKEW") or 0)
+    _file = os.environ.get("TS_SHIM_STEP")
+    _proof = os.environ.get("TS_SHIM_PROOF")
+    _seen = [0.0, -1.0, False]  # step, read at (monotonic), proved
+
+    def _offset():
+        now = _mono()
+        if _file and now - _seen[1] > 0.02:
+            _seen[1] = now
+            try:
+                with open(_file) as f:
+                    _seen[0] = float(f.read().strip() or 0)
+            except (OSError, ValueError):
+                _seen[0] = 0.0
+        off = _skew + _seen[0]
+        if off and _proof and not _seen[2]:
+            _seen[2] = True
+            try:
+                with open(os.path.join(_proof, str(os.getpid())), "w") as f:
+                    f.write(repr(off))
+            except OSError:
+                pass
+        return off
+
+    def _time():
+        return _real() + _offset()
+
+    def _time_ns():
+        return _real_ns() + int(_offset() * 1e9)
+
+    time.time = _time
+    time.time_ns = _time_ns
+    '''
+)
+
+
+def shimmed(tmp_path: Path, skew: float = 0.0) -> tuple[dict[str, str], Path, Path]:
+    """The environment of a trial whose processes run the shim; (env, step file, proofs)."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SHIM, encoding="utf-8")
+    proofs = tmp_path / "proofs"
+    proofs.mkdir()
+    step = tmp_path / "step"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
+    env.update(TS_SHIM_SKEW=repr(skew), TS_SHIM_STEP=str(step), TS_SHIM_PROOF=str(proofs))
+    return env, step, proofs
+
+
+# ---------------------------------------------------------------------- a memory cgroup
+@contextlib.contextmanager
+def memory_cgroup(limit: int) -> Iterator[Path]:
+    """A new memory cgroup limited to ``limit`` bytes, without swap: v2 where the unified hierarchy
+    has the memory controller, else v1. Whatever is left in it is killed, and it is removed."""
+    v2 = Path("/sys/fs/cgroup")
+    controllers = v2 / "cgroup.controllers"
+    if controllers.exists() and "memory" in controllers.read_text().split():
+        d = v2 / f"tunescope-test-{uuid.uuid4().hex[:8]}"
+        d.mkdir()
+        (d / "memory.max").write_text(str(limit))
+        if (d / "memory.swap.max").exists():
+            (d / "memory.swap.max").write_text("0")
+    else:
+        d = v2 / "memory" / f"tunescope-test-{uuid.uuid4().hex[:8]}"
+        d.mkdir()
+        (d / "memory.limit_in_bytes").write_text(str(limit))
+    try:
+        yield d
+    finally:
+        for _ in range(100):
+            for pid in (d / "cgroup.procs").read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                d.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert not d.exists()

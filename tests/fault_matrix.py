@@ -55,6 +55,8 @@ from http_helpers import Server, make_token
 from pg_cluster import PrivateCluster
 from tunescope.store import open_store
 
+sys.modules.setdefault("fault_matrix", sys.modules[__name__])  # as a script: the classes' base
+
 PHASES = ("start", "middle", "across-end", "after-end")
 STORES = ("sqlite", "postgresql", "http")
 SECONDS = 4.0
@@ -110,6 +112,8 @@ class Fault:
 
     name: ClassVar[str] = ""
     stores: ClassVar[tuple[str, ...]] = STORES
+    phases: ClassVar[tuple[str, ...]] = PHASES
+    """The phases where the class means something (all four unless it says)."""
     runner: ClassVar[str] = "sdk"
     seconds: ClassVar[float] = SECONDS
     """How long the training works under this class."""
@@ -126,6 +130,22 @@ class Fault:
     def heal(self, cell: Cell, phase: str) -> None:
         raise NotImplementedError
 
+    def popen(self, cell: Cell, argv: list[str]) -> subprocess.Popen[str]:
+        """Start `tunescope run` (``argv``) for the ``cli`` runner, its output read from pipes
+        (a class may start it in a process group or a terminal of its own)."""
+        return subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cell.env
+        )
+
+    def finish(self, cell: Cell) -> dict[str, Any]:
+        """Wait for the training to exit; what it reported (for a command: its code). A class
+        whose training never finishes its work says what it made before the fault struck."""
+        assert cell.proc is not None
+        if self.runner == "sdk":
+            return finish_training(cell.proc, timeout=120)
+        _, err = cell.proc.communicate(timeout=120)
+        return {"rc": cell.proc.returncode, "stderr": err}
+
     def end(self, cell: Cell, phase: str) -> End:
         """The end the trial must record under this fault at this phase."""
         return End(code=0 if self.runner == "cli" else None)
@@ -133,6 +153,12 @@ class Fault:
     def note(self, cell: Cell) -> str:
         """What the fault did, for the table (e.g. how many kills it made)."""
         return ""
+
+    def around(self, cell: Cell) -> contextlib.AbstractContextManager[None]:
+        """What the class needs around the whole cell, set up before the training starts and
+        torn down once the cell is counted (e.g. the store on a small tmpfs: it may set
+        ``cell.url``)."""
+        return contextlib.nullcontext()
 
     def misses(self, cell: Cell, phase: str) -> list[str]:
         """Targets of this class's own that the cell missed (beyond :meth:`Row.misses`)."""
@@ -238,6 +264,8 @@ class SignalByPid(Fault):
     runner = "cli"
     before_start = False
     at_done = True
+    sig: ClassVar[int] = signal.SIGTERM
+    """The signal the command must get (once) when it is sent."""
 
     def apply(self, cell: Cell, phase: str) -> None:
         assert cell.proc is not None
@@ -257,19 +285,21 @@ class SignalByPid(Fault):
     def misses(self, cell: Cell, phase: str) -> list[str]:
         log = cell.folder / "signals.log"
         got = [int(x) for x in log.read_text().split()] if log.exists() else []
-        want = [signal.SIGTERM] if cell.stash.get("sent") else []
+        want = [self.sig] if cell.stash.get("sent") else []
         if phase != "after-end" and not cell.stash.get("sent"):
             return ["the wrapper had exited before the signal was sent"]
         return [] if got == want else [f"the command got signals {got}, not {want}"]
 
 
-CLASSES: list[Fault] = [StoreUnreachable(), SamplerKilled(), SignalByPid()]
+from fault_classes_process import PROCESS_CLASSES  # noqa: E402 (it builds on the classes above)
+
+CLASSES: list[Fault] = [StoreUnreachable(), SamplerKilled(), SignalByPid(), *PROCESS_CLASSES]
 """Every class the matrix crosses with the phases (and the stores each applies to)."""
 
 
 def cells() -> list[tuple[Fault, str, str]]:
     """(class, phase, store) for every cell of the matrix."""
-    return [(f, ph, st) for f in CLASSES for st in f.stores for ph in PHASES]
+    return [(f, ph, st) for f in CLASSES for st in f.stores for ph in f.phases]
 
 
 def cell_id(cell: tuple[Fault, str, str]) -> str:
@@ -316,6 +346,11 @@ def run_cell(fault: Fault, phase: str, cell: Cell) -> Row:
     """Run the training under ``fault`` at ``phase`` (see the module doc), heal, wait for the
     trial's writers (:func:`fault_helpers.settled`), and count."""
     assert phase in PHASES, phase
+    with fault.around(cell):
+        return _run_cell(fault, phase, cell)
+
+
+def _run_cell(fault: Fault, phase: str, cell: Cell) -> Row:
     if phase == "start" and fault.before_start:
         fault.apply(cell, phase)
     _start(fault, cell)
@@ -337,7 +372,7 @@ def run_cell(fault: Fault, phase: str, cell: Cell) -> Row:
             else:
                 _until(t0 + fault.seconds - 1.0)
             fault.apply(cell, phase)
-        result = _finish(fault, cell)
+        result = fault.finish(cell)
         if phase == "across-end":
             time.sleep(1.5)  # the fault outlasts the training by this much, on purpose
             fault.heal(cell, phase)
@@ -363,16 +398,13 @@ def _start(fault: Fault, cell: Cell) -> None:
         cell.proc, cell.key = p, p.key
         return
     log = cell.folder / "signals.log"
-    cell.proc = subprocess.Popen(
+    cell.proc = fault.popen(
+        cell,
         [
             sys.executable, "-m", "tunescope", "run", "--store", cell.url, "--run", "faults",
             "--interval", str(INTERVAL), "--", sys.executable, "-c", COMMAND, str(log),
             str(fault.seconds), "0",
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cell.env,
     )  # fmt: skip
     assert cell.proc.stdout is not None
     line = cell.proc.stdout.readline().strip()
@@ -394,15 +426,6 @@ def _wait_done(cell: Cell) -> None:
     assert cell.proc is not None and cell.proc.stdout is not None
     line = cell.proc.stdout.readline().strip()
     assert line == "done", line
-
-
-def _finish(fault: Fault, cell: Cell) -> dict[str, Any]:
-    """Wait for the training to exit; what it reported (for a command: its code)."""
-    assert cell.proc is not None
-    if fault.runner == "sdk":
-        return finish_training(cell.proc, timeout=120)
-    _, err = cell.proc.communicate(timeout=120)
-    return {"rc": cell.proc.returncode, "stderr": err}
 
 
 # ---------------------------------------------------------------------- counting
@@ -525,7 +548,7 @@ def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
         rc=int(cell.proc.returncode if cell.proc is not None else -1),
         want=fault.end(cell, phase),
         enter=max(float(result["enter"]), float(result["enter_run"])) if sdk else None,
-        leave=float(result["leave"]) if sdk else None,
+        leave=_opt(result.get("leave")) if sdk else None,
         call=float(result["longest_call"]) if sdk else None,
         duplicates=(len(t) - len(distinct))
         + (len(marks) - len(set(marks)))
@@ -545,6 +568,11 @@ def keep(row: Row) -> None:
         Path(out).mkdir(parents=True, exist_ok=True)
         with open(Path(out) / "matrix.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(asdict(row)) + "\n")
+
+
+def _opt(x: Any) -> float | None:
+    """A hold the training measured; None where it never got there (killed, or raised)."""
+    return None if x is None else float(x)
 
 
 def _s(x: float | None) -> str:

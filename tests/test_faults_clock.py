@@ -24,9 +24,10 @@ from fault_helpers import (
     gaps,
     only_trial,
     sample_times,
+    settled,
+    shimmed,
     start_training,
     wait_for,
-    wait_samplers_gone,
 )
 from tunescope.store import open_store
 
@@ -44,64 +45,6 @@ driver and numpy, whose imports hold the GIL, and on a loaded machine a PostgreS
 store's loading costs it up to 0.6 s of samples (measured: one hole of 0.4-0.6 s). That hole
 has nothing to do with the clock; it is bounded here (no gap reaches LOADING_S) and the 98 %
 is counted from there on."""
-
-SHIM = textwrap.dedent(
-    '''
-    """A clock fault for tests: time.time() and time.time_ns() of this process run
-    $TS_SHIM_SKEW seconds off, plus the seconds written in the file $TS_SHIM_STEP (read
-    every 20 ms: writing it steps the clock). Once the offset is not 0, the process writes
-    its pid into $TS_SHIM_PROOF (a folder) to prove it ran."""
-    import os, time
-
-    _real, _real_ns, _mono = time.time, time.time_ns, time.monotonic
-    _skew = float(os.environ.get("TS_SHIM_SKEW") or 0)
-    _file = os.environ.get("TS_SHIM_STEP")
-    _proof = os.environ.get("TS_SHIM_PROOF")
-    _seen = [0.0, -1.0, False]  # step, read at (monotonic), proved
-
-    def _offset():
-        now = _mono()
-        if _file and now - _seen[1] > 0.02:
-            _seen[1] = now
-            try:
-                with open(_file) as f:
-                    _seen[0] = float(f.read().strip() or 0)
-            except (OSError, ValueError):
-                _seen[0] = 0.0
-        off = _skew + _seen[0]
-        if off and _proof and not _seen[2]:
-            _seen[2] = True
-            try:
-                with open(os.path.join(_proof, str(os.getpid())), "w") as f:
-                    f.write(repr(off))
-            except OSError:
-                pass
-        return off
-
-    def _time():
-        return _real() + _offset()
-
-    def _time_ns():
-        return _real_ns() + int(_offset() * 1e9)
-
-    time.time = _time
-    time.time_ns = _time_ns
-    '''
-)
-
-
-def _shimmed(tmp_path: Path, skew: float = 0.0) -> tuple[dict[str, str], Path, Path]:
-    """The environment of a trial whose processes run the shim; (env, step file, proofs)."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(SHIM, encoding="utf-8")
-    proofs = tmp_path / "proofs"
-    proofs.mkdir()
-    step = tmp_path / "step"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
-    env.update(TS_SHIM_SKEW=repr(skew), TS_SHIM_STEP=str(step), TS_SHIM_PROOF=str(proofs))
-    return env, step, proofs
 
 
 def _kept_on_axis(url: str, result: dict[str, Any], lo: float, hi: float) -> Any:
@@ -147,14 +90,14 @@ def test_a_clock_step_mid_trial_moves_no_time(sqlite_url: str, tmp_path: Path, s
     """The wall clock of the training process and its sampler steps by ``step`` a third of
     the way in: every sample, mark, scalar and the end stay within the trial's true span, in
     order, nothing lost nor doubled."""
-    env, step_file, proofs = _shimmed(tmp_path)
+    env, step_file, proofs = shimmed(tmp_path)
     open_store(sqlite_url).close()
     lo = time.time()
     p = start_training(sqlite_url, SECONDS, INTERVAL, env=env)
     time.sleep(SECONDS / 3)
     step_file.write_text(repr(step), encoding="utf-8")
     result = finish_training(p)
-    wait_samplers_gone(str(result["key"]))
+    settled(sqlite_url, str(result["key"]))
     hi = time.time()
     assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)  # the training and its sampler
     _kept_on_axis(sqlite_url, result, lo - SLACK, hi + SLACK)
@@ -165,7 +108,7 @@ def test_a_host_two_minutes_behind_still_reads_running(any_store_url: str, tmp_p
     sees the trial ``running`` while it runs (lost is judged on the store's clock), then
     ``completed``, with every time on the trial's own axis (the true span less 120 s)."""
     skew = -120.0
-    env, _step, proofs = _shimmed(tmp_path, skew)
+    env, _step, proofs = shimmed(tmp_path, skew)
     url = any_store_url
     if not url.startswith("http"):
         open_store(url).close()
@@ -180,7 +123,7 @@ def test_a_host_two_minutes_behind_still_reads_running(any_store_url: str, tmp_p
     finally:
         result = finish_training(p)
     assert states == ["running"] * 4, states
-    wait_samplers_gone(str(result["key"]))
+    settled(url, str(result["key"]))
     hi = time.time()
     assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)
     info = _kept_on_axis(url, result, lo + skew - SLACK, hi + skew + SLACK)
@@ -190,7 +133,7 @@ def test_a_host_two_minutes_behind_still_reads_running(any_store_url: str, tmp_p
 def test_a_clock_step_under_tunescope_run_moves_no_time(sqlite_url: str, tmp_path: Path) -> None:
     """``tunescope run``'s tree (the wrapper, its sampler, the command recording through the
     SDK) steps +10 min a third of the way in: one axis for all, nothing moved."""
-    env, step_file, proofs = _shimmed(tmp_path)
+    env, step_file, proofs = shimmed(tmp_path)
     open_store(sqlite_url).close()
     lo = time.time()
     argv = [
@@ -200,11 +143,11 @@ def test_a_clock_step_under_tunescope_run_moves_no_time(sqlite_url: str, tmp_pat
     ]  # fmt: skip
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert p.stdout is not None
-    assert p.stdout.readline().strip() == "started"
+    assert p.stdout.readline().split()[0] == "started"  # and the key
     time.sleep(SECONDS / 3)
     step_file.write_text("600.0", encoding="utf-8")
     result = finish_training(p)
-    wait_samplers_gone(str(result["key"]))
+    settled(sqlite_url, str(result["key"]))
     hi = time.time()
     assert len(os.listdir(proofs)) >= 2, os.listdir(proofs)  # the sampler and the command
     _kept_on_axis(sqlite_url, result, lo - SLACK, hi + SLACK)

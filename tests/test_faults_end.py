@@ -19,14 +19,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fault_helpers import SqliteLock, sample_times, samplers_of, wait_for, wait_samplers_gone
+import fault_helpers
+from fault_helpers import SqliteLock, sample_times, samplers_of, settled, wait_for
 from tunescope._protocol import OOM_CUDA, OOM_KERNEL
 from tunescope.analyze import findings_for_trial
 from tunescope.record import EXIT_WAIT_S, MAX_RESTARTS
@@ -108,7 +108,7 @@ def _cli_trial(url: str) -> TrialInfo:
 
 def _ended(url: str, key: str) -> tuple[TrialInfo, int | None]:
     """The trial once its samplers are done, and its exit code."""
-    wait_samplers_gone(key)
+    settled(url, key)
     with open_store(url, create=False) as st:
         info = st.trial_by_key(key)
         return info, st.exit_code(info.id)
@@ -355,35 +355,9 @@ def test_a_trials_end_the_store_and_spool_cannot_take_is_handed_to_the_sampler(
 # ---------------------------------------------------------------------- rule 6: states
 @pytest.fixture
 def memory_cgroup() -> Iterator[Path]:
-    """A new memory cgroup limited to 96 MiB, without swap: v2 where the unified hierarchy
-    has the memory controller, else v1. Whatever is left in it is killed, and it is removed."""
-    v2 = Path("/sys/fs/cgroup")
-    controllers = v2 / "cgroup.controllers"
-    if controllers.exists() and "memory" in controllers.read_text().split():
-        d = v2 / f"tunescope-test-{uuid.uuid4().hex[:8]}"
-        d.mkdir()
-        (d / "memory.max").write_text(str(96 << 20))
-        if (d / "memory.swap.max").exists():
-            (d / "memory.swap.max").write_text("0")
-    else:
-        d = v2 / "memory" / f"tunescope-test-{uuid.uuid4().hex[:8]}"
-        d.mkdir()
-        (d / "memory.limit_in_bytes").write_text(str(96 << 20))
-    try:
+    """A new memory cgroup limited to 96 MiB (see :func:`fault_helpers.memory_cgroup`)."""
+    with fault_helpers.memory_cgroup(96 << 20) as d:
         yield d
-    finally:
-        for _ in range(100):
-            for pid in (d / "cgroup.procs").read_text().split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            try:
-                d.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
-        assert not d.exists()
 
 
 HOG = """

@@ -431,7 +431,9 @@ def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:
         else:
             end = TrialEnd("failed", t, failure_message(root.pid), only_if_running=True)
     if end is not None and end.state == "failed" and root.oom.killed(code):
-        end = dataclasses.replace(end, error=protocol.OOM_KERNEL)
+        # the OOM killer's kill is a SIGKILL: its code, also when another process (the
+        # training's launcher) reaped it before this sampler saw it a zombie
+        end = dataclasses.replace(end, error=protocol.OOM_KERNEL, exit_code=128 + signal.SIGKILL)
     return end
 
 

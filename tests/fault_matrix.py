@@ -527,9 +527,15 @@ def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
     end = info.end if info.end is not None else time.time()
     first = min(t) if t else end  # before it, the sampler was starting (see LAG_BOUND_S)
     gap_s = sum(max(0.0, min(a + d, end) - max(a, first)) for a, d in gaps)
-    expected = int((end - first - gap_s) / INTERVAL)
+    # the sampler's slots in [first, end] outside the gaps (each gap may cost a slot at its
+    # edge, so with gaps this expects a little less than the schedule had); samples after the
+    # end (the sampler's final one, a lingering sampler's) are not counted: they would hide
+    # a loss inside the trial
+    expected = int((end - first - gap_s) / INTERVAL) + 1
     distinct = set(t)
-    outside = {x for x in distinct if not any(a <= x <= a + d for a, d in gaps)}
+    outside = {
+        x for x in distinct if x <= end + 1e-6 and not any(a <= x <= a + d for a, d in gaps)
+    }
     sdk = fault.runner == "sdk"
     made = int(result["marks"]) if sdk else None
     return Row(

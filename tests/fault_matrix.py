@@ -110,6 +110,8 @@ class Fault:
 
     name: ClassVar[str] = ""
     stores: ClassVar[tuple[str, ...]] = STORES
+    phases: ClassVar[tuple[str, ...]] = PHASES
+    """The phases where the class means something (all four unless it says)."""
     runner: ClassVar[str] = "sdk"
     seconds: ClassVar[float] = SECONDS
     """How long the training works under this class."""
@@ -133,6 +135,17 @@ class Fault:
     def note(self, cell: Cell) -> str:
         """What the fault did, for the table (e.g. how many kills it made)."""
         return ""
+
+    def around(self, cell: Cell) -> contextlib.AbstractContextManager[None]:
+        """What the class needs around the whole cell, set up before the training starts and
+        torn down once the cell is counted (e.g. the store on a small tmpfs: it may set
+        ``cell.url``)."""
+        return contextlib.nullcontext()
+
+    def also_count(self, cell: Cell) -> list[str]:
+        """Other databases that hold part of the trial (counted with ``cell.url``'s, as one:
+        a sample, mark or step in two of them is a duplicate)."""
+        return []
 
     def misses(self, cell: Cell, phase: str) -> list[str]:
         """Targets of this class's own that the cell missed (beyond :meth:`Row.misses`)."""
@@ -263,13 +276,16 @@ class SignalByPid(Fault):
         return [] if got == want else [f"the command got signals {got}, not {want}"]
 
 
-CLASSES: list[Fault] = [StoreUnreachable(), SamplerKilled(), SignalByPid()]
+sys.modules.setdefault("fault_matrix", sys.modules[__name__])  # run as a script: one module
+from fault_classes_store import STORE_CLASSES  # noqa: E402 (it builds on the classes above)
+
+CLASSES: list[Fault] = [StoreUnreachable(), SamplerKilled(), SignalByPid(), *STORE_CLASSES]
 """Every class the matrix crosses with the phases (and the stores each applies to)."""
 
 
 def cells() -> list[tuple[Fault, str, str]]:
     """(class, phase, store) for every cell of the matrix."""
-    return [(f, ph, st) for f in CLASSES for st in f.stores for ph in PHASES]
+    return [(f, ph, st) for f in CLASSES for st in f.stores for ph in f.phases]
 
 
 def cell_id(cell: tuple[Fault, str, str]) -> str:
@@ -316,6 +332,11 @@ def run_cell(fault: Fault, phase: str, cell: Cell) -> Row:
     """Run the training under ``fault`` at ``phase`` (see the module doc), heal, wait for the
     trial's writers (:func:`fault_helpers.settled`), and count."""
     assert phase in PHASES, phase
+    with fault.around(cell):
+        return _run_cell(fault, phase, cell)
+
+
+def _run_cell(fault: Fault, phase: str, cell: Cell) -> Row:
     if phase == "start" and fault.before_start:
         fault.apply(cell, phase)
     _start(fault, cell)
@@ -435,7 +456,8 @@ class Row:
 
     @property
     def ratio(self) -> float:
-        return self.kept / self.expected if self.expected else 0.0
+        # no second outside recorded gaps: nothing was to be kept
+        return self.kept / self.expected if self.expected > 0 else 1.0
 
     def misses(self) -> list[str]:
         """Each target this cell missed, in words (empty: it held)."""
@@ -492,18 +514,27 @@ miss fails it. Remove an entry once the fix for it is in: its cells must then ho
 def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
     """Wait for the trial's writers, then count what its store kept (see :class:`Row`)."""
     settled(cell.url, cell.key, timeout=180)
-    with open_store(cell.url, create=False) as st:
-        info = st.trial_by_key(cell.key)
-        t = sample_times(st, info.id, "cpu.procs")
-        window = st.events(info.id, 0, time.time() + 3600, limit=10**6).events
-        assert window is not None
-        marks = [e.name for e in window if e.kind == "mark"]
-        gaps = [(e.t, e.duration or 0.0) for e in window if e.kind == "sampler_gap"]
-        scalars = st.scalars(info.id, "loss") if fault.runner == "sdk" else []
-        code = st.exit_code(info.id)
+    t: list[float] = []
+    window: list[Any] = []
+    scalars: list[Any] = []
+    ends: list[tuple[Any, int | None]] = []  # (the trial, its exit code) in each store
+    for url in [cell.url, *fault.also_count(cell)]:
+        with open_store(url, create=False) as st:
+            one = st.trial_by_key(cell.key)
+            t += sample_times(st, one.id, "cpu.procs")
+            got = st.events(one.id, 0, time.time() + 3600, limit=10**6).events
+            assert got is not None
+            window += got
+            scalars += st.scalars(one.id, "loss") if fault.runner == "sdk" else []
+            ends.append((one, st.exit_code(one.id)))
+    # the trial's end as the first store holding one has it (else as the first store has it)
+    info, code = next((e for e in ends if e[0].end is not None), ends[0])
+    t.sort()
+    marks = [e.name for e in window if e.kind == "mark"]
+    gaps = [(e.t, e.duration or 0.0) for e in window if e.kind == "sampler_gap"]
     end = info.end if info.end is not None else time.time()
     first = min(t) if t else end  # before it, the sampler was starting (see LAG_BOUND_S)
-    gap_s = sum(max(0.0, min(a + d, end) - max(a, first)) for a, d in gaps)
+    gap_s = covered(gaps, first, end)
     expected = int((end - first - gap_s) / INTERVAL)
     distinct = set(t)
     outside = {x for x in distinct if not any(a <= x <= a + d for a, d in gaps)}
@@ -535,6 +566,19 @@ def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
         note=fault.note(cell),
         own_misses=fault.misses(cell, phase),
     )
+
+
+def covered(gaps: list[tuple[float, float]], first: float, end: float) -> float:
+    """Seconds of [first, end] that the gaps (start, duration) cover, each second once: a
+    sampler whose restarts are used up records a gap to the trial's end, which may overlap
+    the gaps of the restarts before it."""
+    spans = sorted((max(a, first), min(a + d, end)) for a, d in gaps if min(a + d, end) > first)
+    total, reach = 0.0, first
+    for a, b in spans:
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
 
 
 # ---------------------------------------------------------------------- the table

@@ -92,3 +92,10 @@ def test_the_count_sees_a_loss() -> None:
     assert slow.open_only() == f"entering: {fm.KNOWN_OPEN['entering']}"
     assert "samples 97/100" in misses[0] and "marks 9 kept of 10" in misses[1]
     assert "NO: " in fm.table([bad]) and "| yes |" in fm.table([good])
+
+
+def test_overlapping_gaps_count_once() -> None:
+    """A gap to the trial's end over the gaps of the restarts before it: each second once."""
+    assert fm.covered([(1.0, 2.0), (2.0, 10.0), (4.0, 1.0)], 0.0, 8.0) == 7.0
+    assert fm.covered([(-5.0, 6.0), (9.0, 3.0)], 0.0, 10.0) == 2.0
+    assert fm.covered([], 0.0, 10.0) == 0.0

@@ -271,12 +271,21 @@ class ServerOnAnotherDatabase(Fault):
     """The HTTP store's tunescope server killed and started on its port over another database
     (same project and token, no trial): the writers' batches carry the trial's spec, and the
     trial is re-created there. Not healed (the server stays there); the count is the union of
-    both databases (see the module doc). No ``start`` phase: before the trial there is nothing
-    to switch from."""
+    both databases (see the module doc). Phases middle and across the end: before the trial
+    there is nothing to switch from, and after it the switch (a second or two) comes once the
+    sampler wrote its last, so that nothing of the trial reaches the new database."""
 
     name = "server on another database"
     stores = ("http",)
-    phases = ("middle", "across-end", "after-end")
+    phases = ("middle", "across-end")
+
+    @contextlib.contextmanager
+    def around(self, cell: Cell) -> Iterator[None]:
+        try:
+            yield
+        finally:  # the server started here (open_cell stops the one it started)
+            if "server" in cell.stash:
+                cell.stash["server"].stop()
 
     def apply(self, cell: Cell, phase: str) -> None:
         assert cell.server is not None
@@ -286,6 +295,7 @@ class ServerOnAnotherDatabase(Fault):
         port = cell.server.port
         cell.server.kill()
         cell.server = Server(other, cell.folder / "server-b.log", port=port).start()
+        cell.stash["server"] = cell.server
         cell.stash["old"], cell.db_url = cell.db_url, other
 
     def heal(self, cell: Cell, phase: str) -> None:

@@ -157,10 +157,12 @@ class SpoolUnwritable(StoreUnreachable):
     SQLite lock held by another process): else the spool is never used. The store stays away
     6 s (the heal waits 4 s more than the phase's), past the writers' 5 s before they spool,
     so the spool is tried and fails: the batches stay in memory until the store is back (the
-    samplers linger for it, as by default)."""
+    samplers linger for it, as by default). No ``start`` phase: the store away from before
+    the start is the middle phase's outage begun earlier (the spool is tried the same way)."""
 
     name = "spool unwritable"
     stores = ("sqlite",)
+    phases = ("middle", "across-end", "after-end")
     seconds = 8.0
     extra_s = 4.0
 
@@ -246,6 +248,7 @@ class StoreFileReplaced(StoreFileDeleted):
     original back. The writers write into neither; the newcomer is found as it was."""
 
     name = "store file replaced"
+    phases = ("middle", "across-end")  # after the end: as deleted (the writers write nowhere)
 
     def apply(self, cell: Cell, phase: str) -> None:
         other = cell.folder / "other.db"

@@ -500,11 +500,9 @@ class Row:
 
 
 KNOWN_OPEN: dict[str, str] = {
-    "entering": "issue 18: entering a run or a trial overshoots its 0.5 s wait (measured "
-    "0.50-0.69 s on a busy machine: the deadline is taken after the trial's setup)",
-    "samples": "issue 18: the sampler takes no samples while its store is locked, stopped or "
-    "its server is away (a hole the length of the outage), and a sampler killed after the "
-    "training ended (or beyond the restarts) loses what it held, with no gap recorded",
+    "samples": "a sampler killed (kill -9) after its training exited loses the samples it held "
+    "(up to its last second) with no gap recorded: no process is left to see it die "
+    "(docs/reliability.md, what is not guaranteed)",
 }
 """Misses the code on main makes today, by kind, with why: a cell whose only misses are of
 these kinds is an expected failure (xfail, with the reason) rather than a failure; any other

@@ -38,6 +38,20 @@ from tunescope.store import Batch, TrialEnd, TrialSpec
 __all__ = ["MAX_RESTARTS", "SamplerHandle", "Supervised", "end_line", "own_group", "start_sampler"]
 
 MAX_RESTARTS = 3
+HELD_S = 1.5
+"""How long before a sampler was last seen alive its death may have lost samples: it hands
+its samples to its writer every second (``collect``'s ``FLUSH_EVERY_S``) and the writer takes
+a moment more to land them. The gap a restarted sampler records, and the gap to the trial's
+end once the restarts are used up, start this much earlier (:func:`held_since`), so that they
+cover what the killed one held (some samples that did land then fall inside the gap)."""
+
+
+def held_since(alive_at: float, start: float) -> float:
+    """Where the gap of a sampler last seen alive at ``alive_at`` starts (see
+    :data:`HELD_S`), never before the trial's ``start``."""
+    return max(start, alive_at - HELD_S)
+
+
 HAND_MAX_BYTES = 48 * 1024
 """The most a training hands its sampler in ``batch`` lines when it leaves (what its writer
 could keep neither in the store nor in the spool): less than a pipe holds, so handing them
@@ -350,7 +364,7 @@ class Supervised:
             url, spec, pid, interval = self._args
             if self.restarts >= MAX_RESTARTS:
                 self.handle = None
-                self.gave_up_at = self._alive_at
+                self.gave_up_at = held_since(self._alive_at, spec.start)
                 LOG.warning(
                     "tunescope: the sampler of trial %s died again (code %s); after %d "
                     "restarts, hardware series of this trial stop here%s",
@@ -372,7 +386,12 @@ class Supervised:
             )
             h._close_err()
             self.handle = start_sampler(
-                url, spec, pid, interval, gap_since=self._alive_at, node=self._node
+                url,
+                spec,
+                pid,
+                interval,
+                gap_since=held_since(self._alive_at, spec.start),
+                node=self._node,
             )
 
     def gap_to(self, t_end: float) -> tuple[Any, ...] | None:

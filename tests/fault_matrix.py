@@ -533,9 +533,14 @@ def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
     end = info.end if info.end is not None else time.time()
     first = min(t) if t else end  # before it, the sampler was starting (see LAG_BOUND_S)
     gap_s = covered(gaps, first, end)
-    expected = int((end - first - gap_s) / INTERVAL)
+    # the sampler's slots in [first, end] outside the gaps (each gap may cost a slot at its
+    # edge, so with gaps this expects a little less than the schedule had); samples after the
+    # end (the sampler's final one, a lingering sampler's) are not counted: they would hide
+    # a loss inside the trial. No second outside the gaps: nothing expected.
+    span = end - first - gap_s
+    expected = int(span / INTERVAL) + 1 if span > 1e-6 else 0
     distinct = set(t)
-    outside = {x for x in distinct if not any(a <= x <= a + d for a, d in gaps)}
+    outside = {x for x in distinct if x <= end + 1e-6 and not any(a <= x <= a + d for a, d in gaps)}
     sdk = fault.runner == "sdk"
     made = int(result["marks"]) if sdk else None
     return Row(

@@ -1,20 +1,26 @@
 """Faults to inject, for real: a SQLite lock held by another process, a memory cgroup, a clock
-shim for a trial's processes; small readers that count what a store kept."""
+shim for a trial's processes, a small tmpfs, a read-only bind mount, a file system filled to
+the last byte; and small readers that count what a store kept."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+
+import pytest
 
 from tunescope.store import Store, TrialInfo, open_store, pending
 
@@ -72,6 +78,67 @@ class SqliteLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+# ---------------------------------------------------------------------- mounts (need root)
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+
+
+@contextlib.contextmanager
+def tmpfs(size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on a fresh folder (world-writable), unmounted after."""
+    _need_root()
+    where = Path(tempfile.mkdtemp(prefix="tunescope-tmpfs-"))
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(where)],
+        check=True,
+    )
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[Path]:
+    """``folder`` bind-mounted read-only on itself (root cannot write there either)."""
+    _need_root()
+    subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+class Ballast:
+    """Fills a file system to the last byte (:meth:`fill`), frees it again (:meth:`free`)."""
+
+    def __init__(self, where: Path) -> None:
+        self.path = where / "ballast"
+
+    def fill(self) -> int:
+        n = 0
+        chunk = b"\0" * 65536
+        with open(self.path, "ab", buffering=0) as f:
+            for size in (65536, 4096, 512, 1):
+                while True:
+                    try:
+                        wrote = f.write(chunk[:size])
+                    except OSError as exc:
+                        assert exc.errno == errno.ENOSPC
+                        break
+                    if not wrote:
+                        break
+                    n += wrote
+        return n
+
+    def free(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
 
 
 def wait_for(check: object, timeout: float = 30.0, every: float = 0.05) -> bool:

@@ -69,7 +69,7 @@ def test_a_fault_at_a_phase_loses_nothing(
     assert not row.misses(), fm.table([row])
 
 
-def test_the_count_sees_a_loss() -> None:
+def test_the_count_sees_a_loss(monkeypatch: pytest.MonkeyPatch) -> None:
     """The counting is not blind: a row short of samples, of a mark, with a duplicate, a wrong
     end or a long hold names each miss."""
     good = fm.Row(
@@ -89,6 +89,15 @@ def test_the_count_sees_a_loss() -> None:
     assert len(misses) == 8, misses
     assert bad.open_only() is None  # a lost mark is never an expected failure
     slow = replace(good, enter=0.6)
-    assert slow.open_only() == f"entering: {fm.KNOWN_OPEN['entering']}"
+    assert slow.open_only() is None  # nothing is known open: every miss fails its cell
+    monkeypatch.setitem(fm.KNOWN_OPEN, "entering", "why")
+    assert slow.open_only() == "entering: why"
     assert "samples 97/100" in misses[0] and "marks 9 kept of 10" in misses[1]
     assert "NO: " in fm.table([bad]) and "| yes |" in fm.table([good])
+
+
+def test_overlapping_gaps_count_once() -> None:
+    """A gap to the trial's end over the gaps of the restarts before it: each second once."""
+    assert fm.covered([(1.0, 2.0), (2.0, 10.0), (4.0, 1.0)], 0.0, 8.0) == 7.0
+    assert fm.covered([(-5.0, 6.0), (9.0, 3.0)], 0.0, 10.0) == 2.0
+    assert fm.covered([], 0.0, 10.0) == 0.0

@@ -12,12 +12,9 @@ Mounts need root (tmpfs, read-only bind mounts); the PostgreSQL server is a priv
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -28,11 +25,14 @@ from typing import Any
 import pytest
 
 from fault_helpers import (
+    Ballast,
     SqliteLock,
     finish_training,
     gaps,
+    read_only,
     sample_times,
     start_training,
+    tmpfs,
     wait_for,
     wait_samplers_gone,
 )
@@ -48,67 +48,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 SECONDS = 6.0
 INTERVAL = 0.2
 T0 = 1_700_000_000.0
-
-
-# ---------------------------------------------------------------------- mounts
-def _need_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-
-
-@contextlib.contextmanager
-def tmpfs(size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted on a fresh folder (world-writable), unmounted after."""
-    _need_root()
-    where = Path(tempfile.mkdtemp(prefix="tunescope-tmpfs-"))
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(where)],
-        check=True,
-    )
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-        shutil.rmtree(where, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def read_only(folder: Path) -> Iterator[Path]:
-    """``folder`` bind-mounted read-only on itself (root cannot write there either)."""
-    _need_root()
-    subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True)
-    try:
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-class Ballast:
-    """Fills a file system to the last byte (:meth:`fill`), frees it again (:meth:`free`)."""
-
-    def __init__(self, where: Path) -> None:
-        self.path = where / "ballast"
-
-    def fill(self) -> int:
-        n = 0
-        chunk = b"\0" * 65536
-        with open(self.path, "ab", buffering=0) as f:
-            for size in (65536, 4096, 512, 1):
-                while True:
-                    try:
-                        wrote = f.write(chunk[:size])
-                    except OSError as exc:
-                        assert exc.errno == errno.ENOSPC
-                        break
-                    if not wrote:
-                        break
-                    n += wrote
-        return n
-
-    def free(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
 
 
 def later(seconds: float, fn: Any) -> threading.Thread:

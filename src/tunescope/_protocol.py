@@ -8,7 +8,11 @@ Watch mode (the SDK's trials): the sampler samples the process tree of ``--pid``
   state is left alone). ``end JSON`` is a stop that hands over how the launcher's trial
   ended (``{"state", "t", "error", "exit_code"}``): the sampler writes it with its final
   batch, changing nothing if the trial has ended by then (the launcher writes it too: the
-  end is kept by whichever of them can keep it). ``exit CODE`` says the root process ended
+  end is kept by whichever of them can keep it). After ``stop`` or ``end`` the launcher may
+  send ``batch JSON`` lines (a ``Batch`` as ``Batch.to_json`` writes it; at most 48 KiB in
+  all): what its writer could keep neither in the store nor in the spool as it left; the
+  sampler writes them with its own, and keeps them in memory until the store is back; then
+  it closes stdin. ``exit CODE`` says the root process ended
   with CODE (``tunescope run``'s wrapper, when a sampler it restarted watches a command it
   reaped): the sampler ends the trial accordingly and stops. End of input alone is not a
   stop: the sampler keeps sampling while the root process lives (an ``exec()`` keeps it
@@ -50,6 +54,7 @@ Exit codes: 0 after a stop, 1 when the sampler cannot start, 2 for bad arguments
 from __future__ import annotations
 
 __all__ = [
+    "BATCH",
     "END",
     "ENV_SPEC",
     "EXIT",
@@ -70,6 +75,7 @@ MODULE = "tunescope.collect"
 READY = "ready"
 STOP = "stop"
 END = "end"
+BATCH = "batch"
 EXIT = "exit"
 PID = "pid"
 NODE = "--node"

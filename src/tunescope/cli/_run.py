@@ -61,6 +61,7 @@ from tunescope.record import (
     start_sampler,
     trial_env,
 )
+from tunescope.record._launch import held_since
 from tunescope.store import (
     Batch,
     TrialEnd,
@@ -453,7 +454,7 @@ class _Wrapper:
             print("tunescope: cannot adopt the command (no subreaper)", file=sys.stderr)
         self.oom = OomWatch(self.child)
         self.restarts += 1
-        self._start_watcher(gap_since=self.alive_at)
+        self._start_watcher(gap_since=held_since(self.alive_at, self.spec.start))
 
     def _reap_child(self) -> None:
         assert self.child is not None
@@ -481,11 +482,11 @@ class _Wrapper:
             return
         if self.restarts >= MAX_RESTARTS:
             self.watcher = None
-            self.gave_up_at = self.alive_at
+            self.gave_up_at = held_since(self.alive_at, self.spec.start)
             print("tunescope: the sampler keeps dying; hardware series stop", file=sys.stderr)
             return
         self.restarts += 1
-        self._start_watcher(gap_since=self.alive_at)
+        self._start_watcher(gap_since=held_since(self.alive_at, self.spec.start))
 
     def _say_sampler_log(self) -> None:
         """What the sampler said so far (warnings about the store, the spool)."""

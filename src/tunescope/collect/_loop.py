@@ -100,6 +100,25 @@ class StopSignal:
         self.end: TrialEnd | None = None
         self.eof = False
         self._lock = threading.Lock()
+        self._handed: list[Any] = []
+        self._sink: Any = None
+
+    def hand(self, batch: Any) -> None:
+        """A batch the training handed over (``batch JSON``): to the writer once there is
+        one (:meth:`attach`), kept till then."""
+        with self._lock:
+            sink = self._sink
+            if sink is None:
+                self._handed.append(batch)
+                return
+        sink.put(batch)
+
+    def attach(self, sink: Any) -> None:
+        """The writer that takes the handed batches from now on (and those kept till now)."""
+        with self._lock:
+            self._sink, handed, self._handed = sink, self._handed, []
+        for b in handed:
+            sink.put(b)
 
     def request(self, reason: str, code: int | None = None, end: TrialEnd | None = None) -> None:
         with self._lock:
@@ -131,8 +150,10 @@ def parse_end(arg: str) -> TrialEnd:
 
 
 class StdinWatch(threading.Thread):
-    """Reads the stop protocol from a file descriptor (stdin): ``stop``, ``exit CODE``; end of
-    file is noted and stops nothing. Reads the raw descriptor, so the thread never holds a
+    """Reads the stop protocol from a file descriptor (stdin): ``stop``, ``end JSON``, ``exit
+    CODE``; after ``stop`` or ``end``, ``batch JSON`` lines (what the training's writer could
+    not keep when it left) go to :meth:`StopSignal.hand`; end of file is noted and stops
+    nothing. Reads the raw descriptor, so the thread never holds a
     Python-level lock at interpreter exit."""
 
     def __init__(self, fd: int, stop: StopSignal, log: Once) -> None:
@@ -158,8 +179,18 @@ class StdinWatch(threading.Thread):
                 word = line.strip().decode(errors="replace")
                 if word == "stop":
                     self._stop_signal.request("stop")
-                    return
+                    continue  # batch lines may follow
                 head, _, arg = word.partition(" ")
+                if head == "batch":
+                    try:
+                        from tunescope.store import Batch
+
+                        batch = Batch.from_json(arg.encode())
+                    except Exception:
+                        self._log("stdin-batch", "ignoring a malformed batch line on stdin")
+                        continue
+                    self._stop_signal.hand(batch)
+                    continue
                 if head == "end":
                     try:
                         end = parse_end(arg)
@@ -167,7 +198,7 @@ class StdinWatch(threading.Thread):
                         self._log("stdin-end", "ignoring a malformed end line on stdin")
                         continue
                     self._stop_signal.request("end", end=end)
-                    return
+                    continue  # batch lines may follow
                 if head == "exit":
                     try:
                         code = int(arg)
@@ -178,7 +209,9 @@ class StdinWatch(threading.Thread):
                     return
                 if word:
                     self._log(
-                        "stdin-word", "ignoring %r on stdin (only stop, end and exit CODE)", word
+                        "stdin-word",
+                        "ignoring %r on stdin (only stop, end, batch and exit CODE)",
+                        word,
                     )
 
 

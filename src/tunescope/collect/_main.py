@@ -70,6 +70,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LINGER_S", "main", "parser"]
 
+HANDOVER_WAIT_S = 1.5
+"""Watch mode: how long, once stopped, the sampler waits for the launcher to close its stdin
+(after the ``batch`` lines it may hand over within its 0.8 s of leaving)."""
 LINGER_S = 120.0
 """Longest a sampler waits, after its trial ended, for the store to take what it holds."""
 
@@ -279,6 +282,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     writer, url = loading.writer, loading.url
     assert writer is not None and loading.key is not None
     sampler.sink, sampler.key = writer, loading.key
+    stop.attach(writer)  # what the training hands over when it leaves
     sampler.flush_every = FLUSH_EVERY_S
     if loading.gpu is not None:
         sampler.add_gpu(loading.gpu)  # from the next sample on
@@ -294,6 +298,8 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
     if command and root.code is not None:
         status.say(f"{protocol.EXIT} {root.code}")  # tunescope run exits now; we write on
     sampler.finish(end)
+    if not command:
+        _await_eof(stop)
     _linger(writer, url, logger)
     return 0
 
@@ -403,6 +409,15 @@ def _await_word(stop: StopSignal) -> None:
     deadline = time.monotonic() + EXIT_WORD_WAIT_S
     while stop.reason is None and not stop.eof and time.monotonic() < deadline:
         stop.event.wait(0.02)
+
+
+def _await_eof(stop: StopSignal) -> None:
+    """Watch mode, stopped: the launcher may still hand over ``batch`` lines (what its writer
+    could not keep as it left) before it closes stdin; wait up to :data:`HANDOVER_WAIT_S` for
+    that, so that they reach the writer before it is closed."""
+    deadline = time.monotonic() + HANDOVER_WAIT_S
+    while not stop.eof and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:

@@ -33,11 +33,29 @@ import tunescope._protocol as protocol
 from tunescope import _clock
 from tunescope.record._env import ENV_STORE
 from tunescope.record._safety import LOG
-from tunescope.store import TrialEnd, TrialSpec
+from tunescope.store import Batch, TrialEnd, TrialSpec
 
 __all__ = ["MAX_RESTARTS", "SamplerHandle", "Supervised", "end_line", "own_group", "start_sampler"]
 
 MAX_RESTARTS = 3
+HELD_S = 1.5
+"""How long before a sampler was last seen alive its death may have lost samples: it hands
+its samples to its writer every second (``collect``'s ``FLUSH_EVERY_S``) and the writer takes
+a moment more to land them. The gap a restarted sampler records, and the gap to the trial's
+end once the restarts are used up, start this much earlier (:func:`held_since`), so that they
+cover what the killed one held (some samples that did land then fall inside the gap)."""
+
+
+def held_since(alive_at: float, start: float) -> float:
+    """Where the gap of a sampler last seen alive at ``alive_at`` starts (see
+    :data:`HELD_S`), never before the trial's ``start``."""
+    return max(start, alive_at - HELD_S)
+
+
+HAND_MAX_BYTES = 48 * 1024
+"""The most a training hands its sampler in ``batch`` lines when it leaves (what its writer
+could keep neither in the store nor in the spool): less than a pipe holds, so handing them
+never waits on a sampler that does not read."""
 """How many times a trial's sampler is started again after it died."""
 
 
@@ -110,9 +128,9 @@ class SamplerHandle:
         """The last lines the sampler wrote to stderr, joined by `` | ``."""
         return _tail(self._err, lines)
 
-    def _say(self, line: str) -> bool:
-        """Write ``line`` and close stdin, once; True if the line went into the pipe of a
-        sampler that had not exited."""
+    def _say(self, line: str, keep_open: bool = False) -> bool:
+        """Write ``line`` and close stdin (unless ``keep_open``), once; True if the line went
+        into the pipe of a sampler that had not exited."""
         with self._lock:
             if self._stopped:
                 return False
@@ -124,15 +142,45 @@ class SamplerHandle:
                     stdin.write(line.encode() + b"\n")
                     stdin.flush()
                     said = self.proc.poll() is None
-                with contextlib.suppress(BrokenPipeError, OSError, ValueError):
-                    stdin.close()
+                if not keep_open:
+                    with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                        stdin.close()
             return said
 
-    def request_stop(self, end: TrialEnd | None = None) -> bool:
+    def request_stop(self, end: TrialEnd | None = None, keep_open: bool = False) -> bool:
         """Ask for a final sample and an orderly exit, handing over how the trial ended when
         ``end`` is given (the sampler writes it unless the trial ended by then); returns at
-        once, True if the sampler got the line."""
-        return self._say(protocol.STOP if end is None else end_line(end))
+        once, True if the sampler got the line. ``keep_open``: stdin stays open for
+        :meth:`hand` until :meth:`close_stdin`."""
+        return self._say(protocol.STOP if end is None else end_line(end), keep_open)
+
+    def hand(self, batches: list[Batch]) -> bool:
+        """Hand the sampler batches to write with its own (``batch JSON`` lines, after
+        :meth:`request_stop` with ``keep_open``): what the training's writer could keep
+        neither in the store nor in the spool when it left; the sampler outlives the training
+        and keeps them until the store is back. False (nothing handed) past
+        :data:`HAND_MAX_BYTES`, or when the sampler exited or its stdin is closed."""
+        data = b"".join(f"{protocol.BATCH} ".encode() + b.to_json() + b"\n" for b in batches)
+        if len(data) > HAND_MAX_BYTES:
+            return False
+        with self._lock:
+            stdin = self.proc.stdin
+            if stdin is None or stdin.closed or self.proc.poll() is not None:
+                return False
+            try:
+                stdin.write(data)
+                stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                return False
+            return True
+
+    def close_stdin(self) -> None:
+        """Close the sampler's stdin (after :meth:`hand`): nothing more will be said."""
+        with self._lock:
+            stdin = self.proc.stdin
+            if stdin is not None:
+                with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                    stdin.close()
 
     def send_exit(self, code: int) -> bool:
         """Tell the sampler its root process ended with ``code``: it ends the trial and
@@ -316,7 +364,7 @@ class Supervised:
             url, spec, pid, interval = self._args
             if self.restarts >= MAX_RESTARTS:
                 self.handle = None
-                self.gave_up_at = self._alive_at
+                self.gave_up_at = held_since(self._alive_at, spec.start)
                 LOG.warning(
                     "tunescope: the sampler of trial %s died again (code %s); after %d "
                     "restarts, hardware series of this trial stop here%s",
@@ -338,7 +386,12 @@ class Supervised:
             )
             h._close_err()
             self.handle = start_sampler(
-                url, spec, pid, interval, gap_since=self._alive_at, node=self._node
+                url,
+                spec,
+                pid,
+                interval,
+                gap_since=held_since(self._alive_at, spec.start),
+                node=self._node,
             )
 
     def gap_to(self, t_end: float) -> tuple[Any, ...] | None:
@@ -358,13 +411,23 @@ class Supervised:
         h = self.handle
         return None if h is None else h.pid
 
-    def request_stop(self, end: TrialEnd | None = None) -> bool:
+    def request_stop(self, end: TrialEnd | None = None, keep_open: bool = False) -> bool:
         """Stop the sampler in order, handing it ``end`` (see
         :meth:`SamplerHandle.request_stop`); True if a sampler got it."""
         with self._lock:
             if self.handle is not None:
-                return self.handle.request_stop(end)
+                return self.handle.request_stop(end, keep_open)
             return False
+
+    def hand(self, batches: list[Batch]) -> bool:
+        """:meth:`SamplerHandle.hand` to the running sampler; False when none runs."""
+        h = self.handle
+        return h is not None and h.hand(batches)
+
+    def close_stdin(self) -> None:
+        h = self.handle
+        if h is not None:
+            h.close_stdin()
 
     def wait(self, timeout: float) -> int | None:
         h = self.handle

@@ -389,13 +389,16 @@ class Trial:
         self._restore_env()
         end = self._end(t_end, exc) if record_end else None
         handed = False
-        if self._sampler is not None:
-            handed = self._sampler.request_stop(end)
+        if self._sampler is not None:  # stdin stays open for what the writer cannot keep
+            handed = self._sampler.request_stop(end, keep_open=True)
         if self._flusher is not None:
             self._flusher.close(end, timeout=max(0.0, deadline - time.monotonic()))
         elif end is not None and self._key is not None:
             writer.put(Batch(self._key, end=end))
-        landed = writer.close(max(0.0, deadline - time.monotonic() - 0.05))
+        hand = self._sampler.hand if self._sampler is not None else None
+        landed = writer.close(max(0.0, deadline - time.monotonic() - 0.05), handoff=hand)
+        if self._sampler is not None:
+            self._sampler.close_stdin()
         if end is not None and not (landed or handed or writer.left_in_spool):
             self._say_end_lost(end)
         if self._sampler is not None:

@@ -130,6 +130,9 @@ class Writer:
         self._closing = False
         self._deadline = float("inf")
         self._abandoned = False
+        self._handoff: Callable[[list[Batch]], bool] | None = None
+        self.handed = 0
+        """Batches given to :meth:`close`'s handoff (not in this writer's store)."""
         self._unavailable_since: float | None = None
         self._spool_retry_at = 0.0
         self.refused: str | None = None
@@ -198,12 +201,16 @@ class Writer:
                 self._cond.wait(left)
             return True
 
-    def close(self, timeout: float) -> bool:
+    def close(self, timeout: float, handoff: Callable[[list[Batch]], bool] | None = None) -> bool:
         """Write what is left within ``timeout`` s, spool the rest, release the spool file and
-        stop. True if everything landed in the store. A second call returns at once."""
+        stop. True if everything landed in the store. A second call returns at once.
+        ``handoff``: takes what neither the store nor the spool could (True when it took
+        them: a training hands them to its sampler, which outlives it); else they are lost,
+        and said so."""
         with self._cond:
             if not self._closing:
                 self._closing = True
+                self._handoff = handoff
                 self._deadline = time.monotonic() + max(0.0, timeout)
             self._cond.notify_all()
         self._thread.join(max(0.0, timeout) + 0.2)
@@ -213,12 +220,12 @@ class Writer:
                     self._abandoned = True
                     self._spool_retry_at = 0.0
                     if not self._spill_queue():
-                        self._lost([b for _t, b in self._queue], "the writer was closed")
+                        self._give_up([b for _t, b in self._queue], "the writer was closed")
                     self._release_spool()
             self._sync_spool()
             return False
         with self._cond:
-            return self._idle() and not self.left_in_spool
+            return self._idle() and not self.left_in_spool and not self.handed
 
     # ------------------------------------------------------------------ the thread
     def _idle(self) -> bool:
@@ -288,7 +295,7 @@ class Writer:
                     if self._closing:
                         self._spool_retry_at = 0.0
                         if not self._spill_queue():
-                            self._lost([b for _t, b in self._queue], "the writer was closed")
+                            self._give_up([b for _t, b in self._queue], "the writer was closed")
                     self._release_spool()
                 self._cond.notify_all()
             with contextlib.suppress(Exception):
@@ -540,6 +547,19 @@ class Writer:
             lost.append(old)
         if lost:
             self._lost(lost, f"more than {HARD_ITEMS} items waited in memory")
+
+    def _give_up(self, batches: list[Batch], why: str) -> None:
+        """Batches neither the store nor the spool could take at close: to the handoff of
+        :meth:`close` if it takes them, else lost (said)."""
+        hand = self._handoff
+        if batches and hand is not None:
+            with contextlib.suppress(Exception):
+                if hand(batches):
+                    self.handed += len(batches)
+                    self._queue.clear()
+                    self._queued_items = 0
+                    return
+        self._lost(batches, why)
 
     def _lost(self, batches: list[Batch], why: str) -> None:
         """Batches neither the store nor the spool could take: count them, say so once."""

@@ -82,17 +82,21 @@ def test_the_count_sees_a_loss(monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
     bad = replace(
-        good, kept=97, marks_kept=9, scalars_kept=11, state="failed", duplicates=1,
-        enter=0.51, leave=1.01, call=1.2,
+        good, kept=96, marks_kept=9, scalars_kept=11, state="failed", duplicates=1,
+        enter=0.51, leave=1.01, call=1.2, hole=1.2,
     )  # fmt: skip
     misses = bad.misses()
-    assert len(misses) == 8, misses
+    assert len(misses) == 9, misses
     assert bad.open_only() is None  # a lost mark is never an expected failure
-    slow = replace(good, enter=0.6)
-    assert slow.open_only() is None  # nothing is known open: every miss fails its cell
-    monkeypatch.setitem(fm.KNOWN_OPEN, "entering", "why")
-    assert slow.open_only() == "entering: why"
-    assert "samples 97/100" in misses[0] and "marks 9 kept of 10" in misses[1]
+    assert replace(good, kept=97).misses() == []  # 2% and one slot of a busy schedule
+    assert replace(good, hole=1.2).misses()  # but a lost batch's hole is always seen
+    short = replace(good, kept=90)
+    assert short.open_only() is None  # nothing is known open here: every miss fails
+    monkeypatch.setitem(fm.KNOWN_OPEN, ("f", "middle"), ("samples", "why"))
+    assert short.open_only() == "samples: why"
+    assert replace(short, marks_kept=9).open_only() is None  # only the kind it names
+    assert replace(short, phase="start").open_only() is None  # only the cell it names
+    assert "samples 96/100" in misses[0] and "no sample for 1.20 s" in misses[1]
     assert "NO: " in fm.table([bad]) and "| yes |" in fm.table([good])
 
 

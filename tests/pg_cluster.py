@@ -18,9 +18,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["PrivateCluster", "available"]
+import pytest
+
+__all__ = ["PrivateCluster", "available", "private_cluster"]
 
 
 def _bin() -> Path | None:
@@ -216,3 +219,17 @@ class PrivateCluster:
         self.cont()
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_cluster() -> Iterator[PrivateCluster]:
+    """A started private cluster, destroyed after (a fixture's body); the test is skipped,
+    with the reason, where none can be started here."""
+    why = available()
+    if why is not None:
+        pytest.skip(why)
+    c = PrivateCluster()
+    try:
+        yield c
+    finally:
+        c.destroy()

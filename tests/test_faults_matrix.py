@@ -20,21 +20,15 @@ from pathlib import Path
 import pytest
 
 import fault_matrix as fm
-from pg_cluster import PrivateCluster, available
+from pg_cluster import PrivateCluster, private_cluster
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PrivateCluster]:
-    why = available()
-    if why is not None:
-        pytest.skip(why)
-    c = PrivateCluster()
-    try:
+    with private_cluster() as c:
         yield c
-    finally:
-        c.destroy()
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from fault_helpers import (
     start_training,
     wait_for,
 )
-from pg_cluster import PrivateCluster, available
+from pg_cluster import PrivateCluster, private_cluster
 from tunescope.store import open_store
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -42,14 +42,8 @@ for a loaded machine while a store that holds the thread would take the fault's 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[PrivateCluster]:
-    why = available()
-    if why is not None:
-        pytest.skip(why)
-    c = PrivateCluster()
-    try:
+    with private_cluster() as c:
         yield c
-    finally:
-        c.destroy()
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from fault_helpers import (
     wait_for,
     wait_samplers_gone,
 )
-from pg_cluster import PrivateCluster, available
+from pg_cluster import PrivateCluster, private_cluster
 from tunescope.collect._main import READY_WAIT_S
 from tunescope.store import Batch, TrialSpec, new_key, open_store
 from tunescope.store._spool import SpoolFile, pending, spool_dir
@@ -103,14 +103,8 @@ def check_kept(
 # ---------------------------------------------------------------------- PostgreSQL
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PrivateCluster]:
-    why = available()
-    if why is not None:
-        pytest.skip(why)
-    c = PrivateCluster()
-    try:
+    with private_cluster() as c:
         yield c
-    finally:
-        c.destroy()
 
 
 @pytest.fixture

@@ -269,9 +269,9 @@ def gaps(times: list[float]) -> float:
     return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
-def samplers_of(key: str) -> list[int]:
-    """Pids of the sampler processes recording the trial ``key`` (found by their command
-    line, which names the key)."""
+def samplers_of(key: str | None = None, *, pid: int | None = None) -> list[int]:
+    """Pids of the sampler processes recording the trial ``key``, or watching the process
+    ``pid`` (found by their command line, which names both)."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -281,7 +281,10 @@ def samplers_of(key: str) -> list[int]:
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        if b"tunescope.collect" in args and key.encode() in args:
+        if b"tunescope.collect" not in args:
+            continue
+        watched = args[args.index(b"--pid") + 1] if b"--pid" in args[:-1] else None
+        if (key is None or key.encode() in args) and (pid is None or watched == b"%d" % pid):
             out.append(int(entry))
     return out
 

@@ -21,6 +21,7 @@ from fault_helpers import (
     finish_training,
     gaps,
     sample_times,
+    samplers_of,
     start_training,
     wait_for,
     wait_samplers_gone,
@@ -145,26 +146,6 @@ def test_a_store_file_replaced_mid_trial(sqlite_url: str, tmp_path: Path) -> Non
     _all_there(sqlite_url, result)
 
 
-def _samplers_watching(pid: int) -> list[int]:
-    """Pids of the sampler processes watching the process ``pid`` (by their command line)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"tunescope.collect" in args
-            and b"--pid" in args
-            and args[args.index(b"--pid") + 1] == str(pid).encode()
-        ):
-            out.append(int(entry))
-    return out
-
-
 def test_a_sampler_restarted_after_the_store_file_was_deleted_creates_no_store(
     sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -175,15 +156,15 @@ def test_a_sampler_restarted_after_the_store_file_was_deleted_creates_no_store(
     keep = tmp_path / "kept.db"
     open_store(sqlite_url).close()
     p = start_training(sqlite_url, SECONDS, INTERVAL)
-    assert wait_for(lambda: bool(_samplers_watching(p.pid)), 10)
-    (first,) = _samplers_watching(p.pid)
+    assert wait_for(lambda: bool(samplers_of(pid=p.pid)), 10)
+    (first,) = samplers_of(pid=p.pid)
     time.sleep(SECONDS / 3)
     os.link(db, keep)
     for f in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
         f.unlink(missing_ok=True)
     time.sleep(0.5)
     os.kill(first, signal.SIGKILL)
-    assert wait_for(lambda: bool(set(_samplers_watching(p.pid)) - {first}), 10)
+    assert wait_for(lambda: bool(set(samplers_of(pid=p.pid)) - {first}), 10)
     result = finish_training(p)
     wait_samplers_gone(str(result["key"]))
     assert not db.exists(), "the restarted sampler made a new store"

@@ -144,7 +144,8 @@ def test_an_input_bound_trial_has_one_high_finding_in_the_exact_shape(
     assert f["t0"] == pytest.approx(T0 + 5, abs=1e-3)
     assert f["t1"] == pytest.approx(T0 + 5 + BATCHES * STEP_S, abs=1e-3)
     assert (f["metric"], f["device"]) == ("train.data_wait", None)
-    assert f["advice"] == list(analyze.RULES[0].advice) and len(f["advice"]) == 4
+    (rule,) = (r for r in analyze.RULES if r.key == "input_bound")
+    assert f["advice"] == list(rule.advice) and len(f["advice"]) == 4
     # exactly what the analysis gives, as JSON
     with open_store(data.url) as store:
         assert body == analyze.to_dict(findings_for_trial(store, data.slow))

@@ -34,6 +34,17 @@ EXAMPLES = 25
 """Examples per operation and generation mode (valid, invalid)."""
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _schemathesis_loop() -> None:
+    """schemathesis answers ASGI calls through one event-loop thread it keeps for the life of
+    the process (its sockets live as long): started here, before the tests, so the leak check
+    charges them to no test."""
+    from schemathesis.python.asgi import get_client
+
+    with get_client(FastAPI()) as client:
+        assert client.request("GET", "http://localhost/").status_code == 404
+
+
 @pytest.fixture
 def server(store_url: str) -> Iterator[tuple[FastAPI, str, dict[str, Any]]]:
     """The team app over ``store_url`` with projects vision and nlp; a vision write token

@@ -189,6 +189,8 @@ def test_the_local_viewer_picks_a_project(
         select.select_option("nlp")
         page.wait_for_url("**/#/?project=nlp")
         page.get_by_text("The runs of project “nlp”").wait_for()
+        # the heading may come before the project's runs replace the table's rows
+        page.wait_for_function("n => document.querySelectorAll('tbody tr').length === n", arg=2)
         rows = page.locator("tbody tr")
         assert sorted(rows.locator("td:first-child").all_inner_texts()) == ["bert", "sweep"]
         ids = rows.evaluate_all("els => els.map(e => Number(e.dataset.run))")

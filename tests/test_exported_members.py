@@ -113,6 +113,7 @@ PUBLIC = {
         "jsonable",
         "error_text",
         "own_group",
+        "held_since",
     },
 }
 

@@ -56,12 +56,12 @@ from tunescope.record import (
     SamplerHandle,
     check_mode,
     find_job,
+    held_since,
     job_key,
     own_group,
     start_sampler,
     trial_env,
 )
-from tunescope.record._launch import held_since
 from tunescope.store import (
     Batch,
     TrialEnd,

@@ -78,6 +78,7 @@ from tunescope.record._launch import (
     MAX_RESTARTS,
     SamplerHandle,
     Supervised,
+    held_since,
     own_group,
     start_sampler,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "disabled",
     "error_text",
     "find_job",
+    "held_since",
     "job_key",
     "jsonable",
     "own_group",

@@ -419,7 +419,7 @@ with run.trial("t") as t:
     with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:  # the sampler stays out
         f.write(str(os.getpid()))
     print(t.key, flush=True)
-    time.sleep(1.5)
+    time.sleep(3.0)  # the sampler reads the cgroup again (at most every second; a busy machine)
     held = []
     while True:
         held.append(b"x" * (2 << 20))

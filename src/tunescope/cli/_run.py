@@ -211,7 +211,13 @@ def run_command(
         project=project,
         os_user=os_user(),
     )
-    probe = Background(lambda: _create_trial(url, spec, job), "tunescope-run-probe")
+    # the wrapper takes its signals with sigwait (see _Wrapper.run): a thread of its own that
+    # did not block them could take one first, and its default action end the wrapper
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:  # the thread keeps the mask it starts with
+        probe = Background(lambda: _create_trial(url, spec, job), "tunescope-run-probe")
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     probe.wait(ENTER_WAIT_S)
     err = probe.error
     if isinstance(err, ConfigError):

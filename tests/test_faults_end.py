@@ -136,6 +136,21 @@ def _kept(url: str, info: TrialInfo, marks: int, *, samples: bool = True) -> Non
     assert len(t) >= SAMPLES_KEPT * expected, (len(t), expected)
 
 
+def _start(
+    url: str, tmp_path: Path, seconds: float, code: int, **popen: Any
+) -> tuple[subprocess.Popen[str], str]:
+    """`tunescope run` of the counting command, once it is ready; (the wrapper, trial key)."""
+    p = subprocess.Popen(
+        _argv(url, tmp_path, seconds, code),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+    _wait_ready(p)
+    return p, _cli_trial(url).key
+
+
 def _wait_ready(p: subprocess.Popen[str]) -> None:
     assert p.stdout is not None
     line = p.stdout.readline().strip()
@@ -149,15 +164,8 @@ def test_a_group_sigterm_reaches_the_command_once_and_spares_the_sampler(
     """SIGTERM to the wrapper's whole process group (systemd's stop, Slurm's scancel,
     `timeout`): the command, in a group of its own, gets it once (forwarded), the sampler is
     not stopped by it and records the command's end and code."""
-    p = subprocess.Popen(
-        _argv(sqlite_url, tmp_path, 5.0, 7),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        process_group=0,  # the wrapper leads a group, as a shell's job or a unit's main process
-    )
-    _wait_ready(p)
-    key = _cli_trial(sqlite_url).key
+    # the wrapper leads a group, as a shell's job or a unit's main process
+    p, key = _start(sqlite_url, tmp_path, 5.0, 7, process_group=0)
     assert wait_for(lambda: bool(samplers_of(key)), 20)
     (sampler,) = samplers_of(key)
     assert os.getpgid(sampler) != p.pid  # the sampler is not in the group signalled
@@ -178,14 +186,7 @@ def test_a_group_sigterm_reaches_the_command_once_and_spares_the_sampler(
 def test_a_signal_to_the_wrappers_pid_reaches_the_command_once(
     sqlite_url: str, tmp_path: Path, sig: int
 ) -> None:
-    p = subprocess.Popen(
-        _argv(sqlite_url, tmp_path, 4.0, 0),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _wait_ready(p)
-    key = _cli_trial(sqlite_url).key
+    p, key = _start(sqlite_url, tmp_path, 4.0, 0)
     p.send_signal(sig)
     p.communicate(timeout=60)
     assert p.returncode == 0
@@ -260,14 +261,7 @@ def test_the_wrapper_records_the_exit_code_once_its_samplers_died_past_their_res
     """Every sampler of the trial is killed as soon as it appears, past the restarts: no
     sampler is left when the command ends, and the wrapper writes the end and code itself,
     exiting with the command's code at once."""
-    p = subprocess.Popen(
-        _argv(sqlite_url, tmp_path, 6.0, 5),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _wait_ready(p)
-    key = _cli_trial(sqlite_url).key
+    p, key = _start(sqlite_url, tmp_path, 6.0, 5)
     killed: set[int] = set()
     deadline = time.monotonic() + 30
     while len(killed) < MAX_RESTARTS + 1 and time.monotonic() < deadline:

@@ -108,6 +108,27 @@ def test_trial_changes_heartbeat_pids_params_and_end(store: Store) -> None:
     assert info.heartbeat == T0 + 100 and 99 not in info.pids
 
 
+def test_an_end_taken_with_the_last_sample_is_not_before_it_once_stored(store: Store) -> None:
+    """Sample times are kept to the millisecond; the end is kept the same way, so a final
+    sample taken at the end's instant (the sampler's last one) never lies after the end (a
+    time at .0006 once rounded the sample up past an end kept exactly)."""
+    sp = spec()
+    t_end = T0 + 1.4209406
+    tid = store.write(
+        Batch(
+            sp.key,
+            spec=sp,
+            samples=(("cpu.procs", None, None, t_end, 1.0),),
+            end=TrialEnd("failed", t_end, "gone", only_if_running=True),
+        )
+    )
+    info = store.get_trial(tid)
+    t, _ = store.read_samples(store.list_series(tid, "cpu.procs")[0].id)
+    assert info.end is not None
+    assert t[-1] <= info.end
+    assert info.end == pytest.approx(t_end, abs=5e-4)
+
+
 def test_series_notes_are_kept_from_the_first_sample_that_gives_one(store: Store) -> None:
     sp = spec()
     tid = store.write(Batch(sp.key, spec=sp, samples=(("gpu.mem", "0", None, T0, 1.0),)))

@@ -67,6 +67,7 @@ __all__ = [
     "decode_many",
     "encode",
     "encode_blocks",
+    "stored_time",
     "to_stored",
 ]
 
@@ -116,6 +117,12 @@ _BLOCKS2_DTYPE = np.dtype(
 )
 """A version 2 block: ms from the previous block's last sample (the chunk's first time for
 the first block) to its first, ms from its first to its last, then as BLOCK_DTYPE."""
+
+
+def stored_time(t: float) -> float:
+    """A time as the store keeps it: to the millisecond, rounded as sample times are (so a
+    trial's end that is not before a sample is not before it once both are stored)."""
+    return float(np.round(t * 1000.0) / 1000.0)
 
 
 def to_stored(ts: npt.ArrayLike, vs: npt.ArrayLike) -> tuple[F64, F64]:

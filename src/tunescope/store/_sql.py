@@ -40,7 +40,15 @@ from tunescope.store._batch import (
     check_sample,
     new_key,
 )
-from tunescope.store._codec import F64, MAX_DELTA_MS, decode, encode, encode_blocks, to_stored
+from tunescope.store._codec import (
+    F64,
+    MAX_DELTA_MS,
+    decode,
+    encode,
+    encode_blocks,
+    stored_time,
+    to_stored,
+)
 from tunescope.store._contract import CHUNK_SAMPLES, Store
 from tunescope.store._heal import Lost, retrying
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
@@ -805,7 +813,7 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                 cur,
                 "UPDATE trials SET state = ?, t_end = ?, error = ?, exit_code = ? WHERE id = ?"
                 + (" AND state = 'running'" if end.only_if_running else ""),
-                (end.state, end.t, end.error, end.exit_code, tid),
+                (end.state, stored_time(end.t), end.error, end.exit_code, tid),
             )
 
     def _stamp_seen(self, cur: Any, tid: int, heartbeat: float | None) -> None:

@@ -22,7 +22,8 @@ from types import TracebackType
 
 import pytest
 
-from tunescope.store import Store, TrialInfo, open_store, pending
+from tunescope.collect._loop import STARVED
+from tunescope.store import Event, Store, TrialInfo, open_store, pending
 
 _HOLDER = textwrap.dedent(
     """
@@ -167,6 +168,12 @@ def sample_times(st: Store, trial_id: int, metric: str) -> list[float]:
     for s in st.list_series(trial_id, metric):
         out.extend(st.read_samples(s.id)[0].tolist())
     return sorted(out)
+
+
+def restarts(gaps: list[Event] | None) -> list[Event]:
+    """The ``sampler_gap`` events of sampler restarts: without those a busy machine's
+    starved schedule records (``collect/_loop.STARVED``)."""
+    return [e for e in gaps or [] if e.name != STARVED]
 
 
 # ---------------------------------------------------------------------- a training of known shape

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -25,8 +26,11 @@ from collect_helpers import (
     python,
     sampler_args,
     series,
+    start_sampler,
+    stop_sampler,
 )
 from tunescope.collect import MIN_INTERVAL, Sampler, failure_message
+from tunescope.collect._loop import STARVED, STARVED_INTERVALS
 from tunescope.errors import ConfigError
 from tunescope.store import open_store
 
@@ -135,6 +139,41 @@ def test_a_locked_store_delays_writes_not_samples(sqlite_url: str, procs: list[P
     locked = t[(t > t_lock) & (t < t_unlock)]
     assert len(locked) >= 0.5 * 2.0 / 0.2
     assert np.diff(t).max() < 1.0
+
+
+def test_a_starved_sampler_records_the_slots_it_missed(sqlite_url: str, procs: list[Proc]) -> None:
+    """The sampler itself frozen for 1.2 s (SIGSTOP: what a machine too busy to run it does
+    to its schedule): the hole it leaves is recorded as a ``sampler_gap`` ("sampler
+    starved") spanning it, so every slot is sampled or accounted for; the schedule goes on
+    after it."""
+    trial = make_trial(sqlite_url)
+    root = sleeper(procs)
+    s = start_sampler(procs, sqlite_url, trial, root.p.pid, 0.2)
+    time.sleep(0.8)
+    t_freeze = time.time()
+    os.kill(s.p.pid, signal.SIGSTOP)
+    time.sleep(1.2)
+    t_thaw = time.time()
+    os.kill(s.p.pid, signal.SIGCONT)
+    time.sleep(0.8)
+    stop_sampler(s)
+    t, _ = series(sqlite_url, trial, "cpu.capacity")
+    with open_store(sqlite_url) as st:
+        gaps = [e for e in st.all_events(trial, kinds=["sampler_gap"]) if e.name == STARVED]
+    # the hole over the freeze: from the last sample before it to the first after it
+    before = t[t <= t_freeze].max()
+    after = t[t >= t_thaw].min()
+    assert any(
+        g.t == pytest.approx(before, abs=2e-3)
+        and g.t + (g.duration or 0) == pytest.approx(after, abs=2e-3)
+        for g in gaps
+    ), (before, after, [(g.t, g.duration) for g in gaps])
+    # every other hole is shorter than the starved bound (else it would be recorded too)
+    covered = [(g.t, g.t + (g.duration or 0)) for g in gaps]
+    for a, b in itertools.pairwise(t):
+        if not any(x - 2e-3 <= a and b <= y + 2e-3 for x, y in covered):
+            assert b - a < STARVED_INTERVALS * 0.2 + 0.05
+    assert (t > t_thaw).sum() >= 2  # sampling went on
 
 
 # ---------------------------------------------------------------------- (g) parent death

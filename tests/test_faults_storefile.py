@@ -20,6 +20,7 @@ import pytest
 from fault_helpers import (
     finish_training,
     gaps,
+    restarts,
     sample_times,
     samplers_of,
     start_training,
@@ -74,8 +75,8 @@ def _all_there(url: str, result: dict[str, Any], *, restarted: bool = False) -> 
         t = sample_times(st, info.id, "cpu.procs")
         assert len(t) == len(set(t)), "duplicate samples"
         assert info.end is not None and info.end - info.start >= SECONDS
-        holes = st.events(info.id, 0, time.time() + 60, kinds=["sampler_gap"]).events
-    assert holes is not None and len(holes) == int(restarted), holes
+        holes = restarts(st.events(info.id, 0, time.time() + 60, kinds=["sampler_gap"]).events)
+    assert len(holes) == int(restarted), holes
     since = t[0] if not holes else holes[0].t + (holes[0].duration or 0)
     ready = [x for x in t if x >= since + 1.0]  # see test_faults_clock.LOADING_S
     expected = (ready[-1] - ready[0]) / INTERVAL + 1

@@ -53,6 +53,15 @@ __all__ = [
 MIN_INTERVAL = 0.1
 """The shortest sampling interval accepted, seconds."""
 
+STARVED_INTERVALS = 2.0
+"""A scheduled sample this many intervals or more after the previous one (the machine was
+too busy to run the sampler on time, so slots were skipped) records the hole as a
+``sampler_gap`` event ("sampler starved"): every slot of a trial is sampled or accounted
+for, never silently missing."""
+
+STARVED = "sampler starved"
+"""The name of a ``sampler_gap`` event recorded for a starved schedule."""
+
 _FINAL_MIN_GAP = 0.05
 """A final sample closer than this (s) to the previous one is not taken: rates over a few
 milliseconds are mostly clock-tick noise."""
@@ -507,7 +516,9 @@ class Sampler:
             delay = t0 + k * self.interval - self._mono()
             if delay > 0 and stop.wait(delay):
                 break
+            before = (self._last_t, self._last_mono)
             self.sample()
+            self._note_starved(*before)
             due = (
                 self._flushed_mono is None or self._mono() - self._flushed_mono >= self.flush_every
             )
@@ -515,6 +526,17 @@ class Sampler:
                 self.flush()
             # Next slot after now: a late sample does not shift the schedule.
             k = max(k + 1, math.floor((self._mono() - t0) / self.interval) + 1)
+
+    def _note_starved(self, t_prev: float, mono_prev: float | None) -> None:
+        """Record the hole before the sample just taken as a ``sampler_gap`` when it spans
+        :data:`STARVED_INTERVALS` or more (see there)."""
+        if mono_prev is None or self._last_mono is None:
+            return
+        if self._last_mono - mono_prev < STARVED_INTERVALS * self.interval:
+            return
+        hole = self._last_t - t_prev
+        with self._lock:
+            self._events.append(("sampler_gap", t_prev, STARVED, None, hole, None, None))
 
     def finish(self, end: TrialEnd | None = None) -> None:
         """The final sample and flush, carrying ``end`` (how the trial ended, when this

@@ -17,7 +17,8 @@ EVENT_KINDS: tuple[str, ...] = (
     "sampler_gap",
 )
 """``sampler_gap``: an interval with no hardware samples because the trial's sampler died and
-was restarted (t = last sample before, duration = until the first one after)."""
+was restarted, or was starved of CPU past its schedule (t = last sample before, duration =
+until the first one after; name says which)."""
 
 
 @dataclass(frozen=True)

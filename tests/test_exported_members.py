@@ -93,6 +93,7 @@ PUBLIC = {
         "Background",
         "ENTER_WAIT_S",
         "EXIT_WAIT_S",
+        "WAKE_MARGIN_S",
         "ENV_INTERVAL",
         "ENV_MODE",
         "ENV_QUIET",

@@ -552,18 +552,6 @@ AllowHostOpt = Annotated[
 ]
 
 
-def _trusted_proxies(values: list[str] | None) -> list[str] | None:
-    """A callback: each ``--trusted-proxy`` is an IP address or network (CIDR)."""
-    import ipaddress
-
-    for v in values or []:
-        try:
-            ipaddress.ip_network(v.strip(), strict=False)
-        except ValueError:
-            raise typer.BadParameter(f"{v!r} is not an IP address or network") from None
-    return [v.strip() for v in values] if values else values
-
-
 TrustedProxyOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -572,7 +560,7 @@ TrustedProxyOpt = Annotated[
         help="Believe X-Forwarded-For and X-Forwarded-Proto from this reverse proxy's address "
         "or network (repeatable; none by default: the client is the socket's peer).",
         show_default=False,
-        callback=_trusted_proxies,
+        callback=check.trusted_proxies,
     ),
 ]
 

@@ -39,6 +39,7 @@ __all__ = [
     "out_path",
     "port",
     "tls_files",
+    "trusted_proxies",
 ]
 
 _BASES = {c.__name__: c for c in typer.BadParameter.__mro__}
@@ -113,6 +114,16 @@ def allowed_hosts(values: list[str] | None) -> list[str] | None:
         if v != "*" and not _host_ok(v):
             raise typer.BadParameter(f"{v!r} is not a host name, an IP address or '*'")
     return values
+
+
+def trusted_proxies(values: list[str] | None) -> list[str] | None:
+    """A callback: each ``--trusted-proxy`` is an IP address or network (CIDR)."""
+    for v in values or []:
+        try:
+            ipaddress.ip_network(v.strip(), strict=False)
+        except ValueError:
+            raise typer.BadParameter(f"{v!r} is not an IP address or network") from None
+    return [v.strip() for v in values] if values else values
 
 
 def http_url(value: str | None) -> str | None:

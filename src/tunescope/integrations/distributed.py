@@ -237,7 +237,7 @@ class DistributedTrial:
             self._sampler = ts.Supervised(
                 self._run.store_url, t.spec, _sampled_root(), self._run.interval
             )
-            self._sampler.ready(ts.ENTER_WAIT_S)
+            self._sampler.ready(ts.ENTER_WAIT_S - ts.WAKE_MARGIN_S)
         return t
 
     def _publish(self, t: ts.Trial, sampler: bool, timeout: float) -> None:
@@ -298,7 +298,7 @@ class DistributedTrial:
             self._sampler = ts.Supervised(
                 url, spec, _sampled_root(), float(got["interval"]), node=True
             )
-            self._sampler.ready(ts.ENTER_WAIT_S)
+            self._sampler.ready(ts.ENTER_WAIT_S - ts.WAKE_MARGIN_S)
         except Exception as exc:
             _once.warn(
                 "dist-node-sampler",

@@ -84,7 +84,7 @@ from tunescope.record._launch import (
 )
 from tunescope.record._mode import ENV_MODE, ENV_QUIET, MODES, check_mode, disabled
 from tunescope.record._run import ENTER_WAIT_S, Background, Run, current_trial, run
-from tunescope.record._trial import EXIT_WAIT_S, Trial, error_text, jsonable
+from tunescope.record._trial import EXIT_WAIT_S, WAKE_MARGIN_S, Trial, error_text, jsonable
 
 __all__ = [
     "ENTER_WAIT_S",
@@ -100,6 +100,7 @@ __all__ = [
     "EXIT_WAIT_S",
     "MAX_RESTARTS",
     "MODES",
+    "WAKE_MARGIN_S",
     "Background",
     "Job",
     "Run",

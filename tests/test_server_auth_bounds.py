@@ -1,9 +1,11 @@
-"""Rule 9's last items, on the real app: the rate limit never blocks a valid token, and
-X-Forwarded-For is believed only from --trusted-proxy (a real `tunescope serve`, real
-sockets); errors tell a caller without a token nothing about the database (a real damaged
-store); store calls answer another project's ids exactly as missing ones; batch ids are
-scoped by project and a changed batch is 409; every path answers a wrong method with 405 and
-the document lists the error statuses; the Markdown report escapes names and params."""
+"""Rule 9's last items, each against a real `tunescope serve` (real sockets, on SQLite and on
+PostgreSQL when the suite has one): the rate limit never blocks a valid token, and
+X-Forwarded-For is believed only from --trusted-proxy; errors tell a caller without a token
+nothing about the database (a real damaged store); store calls answer another project's ids
+exactly as missing ones; batch ids are scoped by project and a changed batch is 409; every
+path answers a wrong method with 405 and the document lists the error statuses; the Markdown
+report escapes names and params. Checks that look inside the server (what a blocked token
+costs the store, a store error injected) use the same app in this process."""
 
 from __future__ import annotations
 
@@ -41,7 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass
 class Team:
+    """Projects vision and nlp over one store, served twice: by a real `tunescope serve`
+    (``base``: every call of the tests goes there, over loopback sockets) and by the same app
+    in this process (``app``: for the checks that look inside it, through :meth:`local`)."""
+
     app: FastAPI
+    base: str
     url: str
     tokens: dict[str, str]  # vision-write, vision-read, nlp-write
     runs: dict[str, int]
@@ -49,11 +56,21 @@ class Team:
     keys: dict[str, str]  # project -> its trial's key
     series: dict[str, int]
 
-    def call(self, path: str, token: str | None, method: str = "GET", **kw: Any) -> httpx.Response:
+    def _headers(self, token: str | None, kw: dict[str, Any]) -> dict[str, str]:
         headers = dict(kw.pop("headers", {}))
         if token is not None:
             headers["Authorization"] = f"Bearer {self.tokens.get(token, token)}"
-        return request(self.app, path, method=method, headers=headers, **kw)
+        return headers
+
+    def call(self, path: str, token: str | None, method: str = "GET", **kw: Any) -> httpx.Response:
+        """One request to the real server."""
+        headers = self._headers(token, kw)
+        with httpx.Client(base_url=self.base, timeout=30) as c:
+            return c.request(method, path, headers=headers, **kw)
+
+    def local(self, path: str, token: str | None, method: str = "GET", **kw: Any) -> httpx.Response:
+        """One request to the in-process app."""
+        return request(self.app, path, method=method, headers=self._headers(token, kw), **kw)
 
     def store_call(self, token: str, name: str, args: dict[str, Any]) -> httpx.Response:
         return self.call(
@@ -69,9 +86,10 @@ class Team:
 
 
 @pytest.fixture
-def team(store_url: str) -> Iterator[Team]:
-    """A team app over a real store (SQLite, and PostgreSQL when the suite has one) holding
-    projects vision and nlp, each with a run "sweep" and one trial."""
+def team(store_url: str, tmp_path: Path) -> Iterator[Team]:
+    """A team over a real store (SQLite, and PostgreSQL when the suite has one) holding
+    projects vision and nlp, each with a run "sweep" and one trial; served by a real
+    `tunescope serve` and by the app in this process."""
     runs, trials, keys, series = {}, {}, {}, {}
     with open_store(store_url) as st:
         assert isinstance(st, SQLStore)
@@ -85,29 +103,54 @@ def team(store_url: str) -> Iterator[Team]:
             "vision-read": st.create_token("vision", "read")[1],
             "nlp-write": st.create_token("nlp", "write")[1],
         }
-    with app_over(store_url, auth="tokens") as app:
-        yield Team(app, store_url, tokens, runs, trials, keys, series)
+    log = tmp_path / "serve.log"
+    proc, base = _serve(store_url, log)
+    try:
+        with app_over(store_url, auth="tokens") as app:
+            yield Team(app, base, store_url, tokens, runs, trials, keys, series)
+    finally:
+        _stop(proc)
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
 
 
 # ------------------------------------------------------------------------ the rate limit
 def test_a_valid_token_passes_while_a_bad_one_is_blocked_from_the_same_client(
-    team: Team, monkeypatch: pytest.MonkeyPatch
+    team: Team,
 ) -> None:
     for _ in range(MAX_FAILURES):
         assert team.call("/api/runs", "ts_revoked_in_a_spool").status_code == 401
-    asked: list[str] = []
-    check = team.app.state.store.check_token
-    monkeypatch.setattr(team.app.state.store, "check_token", lambda s: asked.append(s) or check(s))
     blocked = team.call("/api/runs", "ts_revoked_in_a_spool")
     assert blocked.status_code == 429 and blocked.json()["error"]["code"] == "too_many_attempts"
     assert int(blocked.headers["retry-after"]) >= 1
-    assert asked == []  # a blocked token costs the store nothing
     # the same client's valid tokens pass, by header and by login, and a read token reads
     assert team.call("/api/runs", "vision-read").status_code == 200
     good = team.call("/api/session", None, "POST", json={"token": team.tokens["vision-write"]})
     assert good.status_code == 200 and "set-cookie" in good.headers
     # another bad token from that client has a count of its own
     assert team.call("/api/runs", "ts_another_typo").status_code == 401
+
+
+def test_a_blocked_token_costs_the_store_nothing(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(MAX_FAILURES):
+        assert team.local("/api/runs", "ts_revoked_in_a_spool").status_code == 401
+    asked: list[str] = []
+    check = team.app.state.store.check_token
+    monkeypatch.setattr(team.app.state.store, "check_token", lambda s: asked.append(s) or check(s))
+    assert team.local("/api/runs", "ts_revoked_in_a_spool").status_code == 429
+    assert asked == []
+    assert team.local("/api/runs", "vision-read").status_code == 200
+    assert len(asked) == 1  # a valid token is checked as ever
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(15)
 
 
 def _serve(db: str, log: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -159,8 +202,7 @@ def test_forwarded_for_is_believed_only_from_a_trusted_proxy(
         assert _attempts(base, spoofed, "ts_bad") == [401] * MAX_FAILURES + [429]
         assert _attempts(base, ["198.51.100.1"], good) == [200]
     finally:
-        proc.terminate()
-        proc.wait(15)
+        _stop(proc)
     proc, base = _serve(db, tmp_path / "proxied.log", "--trusted-proxy", "127.0.0.1")
     try:  # behind a trusted proxy: the client is the address the proxy appended
         one = "203.0.113.7"
@@ -171,8 +213,7 @@ def test_forwarded_for_is_believed_only_from_a_trusted_proxy(
         assert _attempts(base, [f"198.51.100.9, {one}"], "ts_bad") == [429]
         assert _attempts(base, [one], good) == [200]
     finally:
-        proc.terminate()
-        proc.wait(15)
+        _stop(proc)
     bad = subprocess.run(
         [sys.executable, "-m", "tunescope", "serve", "--store", db, "--trusted-proxy", "proxy"],
         capture_output=True, text=True, timeout=60,
@@ -192,15 +233,21 @@ def test_errors_tell_a_caller_without_a_token_nothing_about_the_database(
         assert isinstance(st, SQLStore)
         st.ensure_run("r", project="vision")
         st.create_token("vision", "read")
-    with app_over(str(db), auth="tokens") as app:
+    log = tmp_path / "serve.log"
+    proc, base = _serve(str(db), log)
+    try:
         with contextlib.closing(sqlite3.connect(db)) as conn:
             conn.execute("DROP TABLE tokens")
             conn.commit()
-        answers = [
-            request(app, "/api/runs", headers={"Authorization": "Bearer ts_guess"}),
-            request(app, "/api/session", method="POST", json={"token": "ts_guess"}),
-            request(app, "/metrics", headers={"Authorization": "Bearer ts_other"}),
-        ]
+        with httpx.Client(base_url=base, timeout=30) as c:
+            answers = [
+                c.get("/api/runs", headers={"Authorization": "Bearer ts_guess"}),
+                c.post("/api/session", json={"token": "ts_guess"}),
+                c.get("/metrics", headers={"Authorization": "Bearer ts_other"}),
+            ]
+    finally:
+        _stop(proc)
+    assert "no such table" in log.read_text()  # the server's log says why
     for r in answers:
         assert r.status_code == 500, r.text
         body = r.json()
@@ -227,10 +274,10 @@ def test_a_store_error_names_no_url_even_to_a_valid_token(
         raise StoreUnavailable(f"no connection to {url}")
 
     monkeypatch.setattr(team.app.state.store, "list_runs", failing)
-    r = team.call("/api/runs", "vision-read")
+    r = team.local("/api/runs", "vision-read")
     assert r.status_code == 500 and url not in r.text and "the store" in r.text
     monkeypatch.setattr(team.app.state.store, "list_runs", away)
-    r = team.call("/api/runs", "vision-read")
+    r = team.local("/api/runs", "vision-read")
     assert r.status_code == 503 and url not in r.text and r.headers["retry-after"] == "2"
 
 

@@ -410,6 +410,41 @@ app.command(cls=Command)(report)
 app.add_typer(tokens)
 
 
+KeepRawOpt = Annotated[
+    str,
+    typer.Option(
+        "--keep-raw",
+        metavar="DURATION",
+        help="Keep raw samples this long (30d, 12h, 2w: a number and s, m, h, d or w); "
+        "older ones are dropped once their minute and hour rollups hold them.",
+        callback=check.duration,
+    ),
+]
+
+
+@app.command(cls=Command)
+def compact(
+    keep_raw: KeepRawOpt,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Change nothing: say what would be dropped.")
+    ] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Drop raw samples older than --keep-raw, keeping their rollups: a store bounded for years.
+
+    Windows, charts, a trial's latest values and usage read the minute and hour rollups
+    (count, min, max, sum) where the raw samples are gone; a finished trial's findings are
+    computed before its raw samples go and kept. Series written before rollups existed are
+    rolled up first. Safe while others write (one series at a time). See docs/retention.md."""
+    from tunescope.analyze import compact_raw, load_settings
+    from tunescope.cli._tokens import admin_store
+
+    settings = None if dry_run else load_settings().settings
+    with admin_store(store) as st:
+        r = compact_raw(st, check.duration_s(keep_raw), dry_run=dry_run, settings=settings)
+    typer.echo(fmt.retention_line(r))
+
+
 @app.command(cls=Command)
 def metrics() -> None:
     """List the metric catalog: key, label, unit and source."""

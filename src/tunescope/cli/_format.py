@@ -17,7 +17,7 @@ from typing import Any
 from tunescope.analyze import elapsed as duration
 from tunescope.analyze import jsonable, printable, value
 from tunescope.errors import ConfigError
-from tunescope.store import Store
+from tunescope.store import RetentionReport, Store
 
 __all__ = [
     "ROW_FORMATS",
@@ -25,6 +25,7 @@ __all__ = [
     "duration",
     "printable",
     "render_rows",
+    "retention_line",
     "row_format",
     "table",
     "value",
@@ -122,3 +123,13 @@ def damage_warnings(st: Store) -> list[str]:
             "the rest is used"
         )
     return lines
+
+
+def retention_line(r: RetentionReport) -> str:
+    """What ``tunescope compact`` (or its dry run) dropped, on one line."""
+    verb, first = ("would drop", "would roll up") if r.dry_run else ("dropped", "rolled up")
+    line = (
+        f"{verb} {r.chunks} raw chunks ({r.samples} samples, {r.bytes / 2**20:.2f} MiB) of "
+        f"{r.series} series, those ended before {when(r.cutoff)}"
+    )
+    return line + (f"; {first} {r.rolled_up} series first" if r.rolled_up else "")

@@ -210,6 +210,23 @@ class RollupsMixin:
         return int(c), int(n), int(b)
 
     @retrying
+    def trials_with_raw_before(self, before: float) -> list[int]:
+        """Trials with raw chunks that ended before ``before`` (rounded down to the minute, as
+        :meth:`drop_raw` rounds it): those whose raw samples it would drop, in part or all."""
+        cutoff = float(math.floor(before / 60.0) * 60)
+        with self._tx() as cur:
+            return [
+                int(r[0])
+                for r in self._q(
+                    cur,
+                    "SELECT DISTINCT s.trial_id FROM series s WHERE EXISTS "
+                    "(SELECT 1 FROM chunks c WHERE c.series_id = s.id AND c.t_last < ?) "
+                    "ORDER BY s.trial_id",
+                    (cutoff,),
+                ).fetchall()
+            ]
+
+    @retrying
     def raw_from(self, series_id: int) -> float | None:
         """The time before which the series' raw chunks were dropped; None if none were."""
         return self._rollup_state(series_id)[1]

@@ -440,7 +440,7 @@ def compact(
     from tunescope.cli._tokens import admin_store
 
     settings = None if dry_run else load_settings().settings
-    with admin_store(store) as st:
+    with admin_store(store, who="compact works (or serve --keep-raw)") as st:
         r = compact_raw(st, check.duration_s(keep_raw), dry_run=dry_run, settings=settings)
     typer.echo(fmt.retention_line(r))
 
@@ -690,6 +690,17 @@ def serve(
             "limit is raised to the hard limit at start.",
         ),
     ] = 1024,
+    keep_raw: Annotated[
+        str | None,
+        typer.Option(
+            "--keep-raw",
+            metavar="DURATION",
+            envvar="TUNESCOPE_KEEP_RAW",
+            help="Run `tunescope compact --keep-raw DURATION` daily (first a minute after "
+            "start): raw samples older than this are dropped once rolled up. Default: keep all.",
+            callback=check.duration,
+        ),
+    ] = None,
 ) -> None:
     """Serve a team: the page, the JSON API and recording, every request with a token.
 
@@ -721,6 +732,7 @@ def serve(
             "max_series": max_series,
             "read_timeout": read_timeout,
             "max_connections": max_connections,
+            "keep_raw": None if keep_raw is None else check.duration_s(keep_raw),
         },
     )
 

@@ -106,6 +106,11 @@ def test_compact_dry_run_then_drops_and_keeps_what_readers_see(store_url: str) -
         assert to_dict(findings_for_trial(st, old_trial)) == found
         for sid in new.values():  # inside --keep-raw: untouched
             assert st.read_samples(sid)[0].size == 600 and st.raw_from(sid) is None
+    exported = _cli("export", "old", "--store", store_url)  # the raw kept, the rest said
+    assert exported.returncode == 0 and exported.stdout.splitlines()[1:] == []
+    warned = exported.stderr.splitlines()
+    assert len(warned) == 3 and all("were dropped by compaction" in w for w in warned)
+    assert _cli("export", "new", "--store", store_url).stdout.count("\n") == 1 + 3 * 600
     again = _cli("compact", "--keep-raw", "30d", "--store", store_url)
     assert again.returncode == 0 and again.stdout.startswith("dropped 0 raw chunks (0 samples")
 

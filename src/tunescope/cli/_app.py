@@ -357,7 +357,8 @@ def export(
     Samples: run,trial,metric,host,device,t,elapsed_s,value (host: the node that measured
     it; value in the metric's base unit).
     Events: run,trial,kind,name,step,t,elapsed_s,duration_s. Samples the store cannot
-    decode (a damaged database) are left out, with a warning per series on stderr."""
+    decode (a damaged database) are left out, with a warning per series on stderr; so are
+    raw samples `tunescope compact` dropped (their rollups remain, docs/retention.md)."""
     if out_format not in ("csv", "json"):
         raise ConfigError(f"unknown --format {out_format!r}: use csv or json")
     if what not in ("samples", "events"):
@@ -377,7 +378,7 @@ def export(
             samples=out_format == "json" or what == "samples",
             events=out_format == "json" or what == "events",
         )
-        warnings = fmt.damage_warnings(st)
+        warnings = fmt.damage_warnings(st) + fmt.dropped_warnings(got.dropped)
     samples, events = got.samples, got.events
     s_head, e_head = SAMPLE_COLUMNS, EVENT_COLUMNS
     try:

@@ -177,19 +177,24 @@ MIGRATIONS: tuple[Migration, ...] = (
     #    time before which its raw chunks were dropped (NULL: none were); the findings of a
     #    trial as computed before its raw samples were dropped (JSON), kept to be answered
     #    after
-    (
-        """CREATE TABLE rollups (
+    {
+        # SQLite: one B-tree by its key, not a rowid table beside an index of it
+        dialect: (
+            """CREATE TABLE rollups (
             series_id BIGINT NOT NULL REFERENCES series(id), level INTEGER NOT NULL,
             t BIGINT NOT NULL, n BIGINT NOT NULL, vmin {real} NOT NULL, vmax {real} NOT NULL,
             vsum {real} NOT NULL, t_first {real} NOT NULL, t_last {real} NOT NULL,
-            vlast {real} NOT NULL, PRIMARY KEY (series_id, level, t))""",
-        "ALTER TABLE series ADD COLUMN rolled INTEGER NOT NULL DEFAULT 1",
-        "UPDATE series SET rolled = 0 WHERE id IN (SELECT DISTINCT series_id FROM chunks)",
-        "ALTER TABLE series ADD COLUMN raw_from {real}",
-        """CREATE TABLE kept_findings (
+            vlast {real} NOT NULL, PRIMARY KEY (series_id, level, t))"""
+            + (" WITHOUT ROWID" if dialect == "sqlite" else ""),
+            "ALTER TABLE series ADD COLUMN rolled INTEGER NOT NULL DEFAULT 1",
+            "UPDATE series SET rolled = 0 WHERE id IN (SELECT DISTINCT series_id FROM chunks)",
+            "ALTER TABLE series ADD COLUMN raw_from {real}",
+            """CREATE TABLE kept_findings (
             trial_id BIGINT PRIMARY KEY REFERENCES trials(id), t {real} NOT NULL,
             data TEXT NOT NULL)""",
-    ),
+        )
+        for dialect in ("sqlite", "postgresql")
+    },
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -424,8 +424,6 @@ class Store(abc.ABC):
         if not rolled or not (levels or dropped):
             return self._raw_window(info, start, end, points)
         parts = _Parts()
-        pt, pv = self._pending(series_id, start, end)
-        parts.samples(pt, pv)
         corrupt = 0
         pieces = plan(start, end, levels)
         if not pieces or pieces[-1][0]:
@@ -448,6 +446,8 @@ class Store(abc.ABC):
             if lo < hi or (last and lo <= hi):
                 top = hi if last else float(np.nextafter(hi, -np.inf))
                 corrupt += self._raw_parts(series_id, lo, top, width, parts, decode_all=False)
+        # pending last, as _raw_window reads them: a pack in between misses, never doubles
+        parts.samples(*self._pending(series_id, start, end))
         if not dropped and parts.count() <= points:
             return self._raw_window(info, start, end, points)  # few samples: them, raw
         return Window(
@@ -457,10 +457,8 @@ class Store(abc.ABC):
     def _raw_window(self, info: SeriesInfo, start: float, end: float, points: int) -> Window:
         """:meth:`window` from chunks, blocks and samples only."""
         width = (end - start) / points
-        pt, pv = self._pending(info.id, start, end)
         parts = _Parts()
-        parts.samples(pt, pv)
-        corrupt = self._raw_parts(info.id, start, end, width, parts, pending=len(pt), points=points)
+        corrupt = self._raw_parts(info.id, start, end, width, parts, points=points)
         if not parts.has_items() and parts.sample_count() <= points:
             ts, vs = parts.sorted_samples()
             return Window(
@@ -483,14 +481,19 @@ class Store(abc.ABC):
         parts: _Parts,
         *,
         decode_all: bool | None = None,
-        pending: int = 0,
         points: int = 0,
     ) -> int:
         """Add the packed samples with start <= t <= end to ``parts`` as whole chunks, blocks
         and decoded samples (see :meth:`window`); returns how many chunks could not be
-        decoded. ``decode_all`` None: decode every chunk when the chunks inside and the
-        ``pending`` samples number at most 2 x ``points``."""
+        decoded. ``decode_all`` None: the pending samples too (read after the chunks' rows, so
+        that a pack in between misses samples rather than doubling them), and decode every
+        chunk when the chunks inside and the pending samples number at most 2 x ``points``."""
         summ = self._chunk_summaries(series_id, start, end)
+        pending = 0
+        if decode_all is None:
+            pt, pv = self._pending(series_id, start, end)
+            parts.samples(pt, pv)
+            pending = len(pt)
         if not summ:
             return 0
         corrupt = 0

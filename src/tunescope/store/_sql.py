@@ -1336,11 +1336,11 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
                 int(sid): (float(t), float(v))
                 for sid, t, v in self._q(
                     cur,
-                    "SELECT r.series_id, r.t_last, r.vlast FROM rollups r "
-                    "JOIN series s ON s.id = r.series_id WHERE s.trial_id = ? "
-                    f"AND s.raw_from IS NOT NULL AND r.level = {LEVELS[-1]} AND r.t = "
-                    "(SELECT MAX(q.t) FROM rollups q WHERE q.series_id = r.series_id "
-                    f"AND q.level = {LEVELS[-1]})",
+                    "SELECT s.id, r.t_last, r.vlast FROM series s JOIN rollups r "
+                    f"ON r.series_id = s.id AND r.level = {LEVELS[-1]} AND r.t = "
+                    "(SELECT MAX(q.t) FROM rollups q WHERE q.series_id = s.id "
+                    f"AND q.level = {LEVELS[-1]}) "
+                    "WHERE s.trial_id = ? AND s.raw_from IS NOT NULL",
                     (tid,),
                 ).fetchall()
             }

@@ -232,8 +232,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def compact(self, series_id: int | None = None) -> None:
-        """Pack every pending sample (of one series or all) into chunks. Writers call it when
-        they finish; queries see pending samples either way."""
+        """Pack every pending sample (of one series or all) into chunks, and add them to the
+        series' minute and hour rollups where the store keeps them (SQL stores). Writers call
+        it when they finish; queries see pending samples either way."""
 
     @abc.abstractmethod
     def _chunk_summaries(self, series_id: int, start: float, end: float) -> list[_Summary]:

@@ -1246,8 +1246,13 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
             stmt += " AND t_first <= ?"
             args.append(end)
         if math.isfinite(start):
-            stmt += " AND t_last >= ?"
-            args.append(start)
+            # chunks never overlap: none that reaches ``start`` begins before the last one that
+            # begins before it, so the index scan starts there, not at the series' first chunk
+            stmt += (
+                " AND t_last >= ? AND t_first >= COALESCE((SELECT MAX(d.t_first) FROM chunks d "
+                "WHERE d.series_id = ? AND d.t_first < ?), ?)"
+            )
+            args.extend([start, args[0], start, start])
         with self._tx() as cur:
             return [tuple(r) for r in self._q(cur, stmt + " ORDER BY t_first", args).fetchall()]
 

@@ -95,6 +95,23 @@ CASES: list[tuple[str, list[str], str]] = [
     ("range-timeout-negative", ["sync", "--timeout", "-5"], "--timeout -5"),
     ("range-timeout-nan", ["sync", "--timeout", "nan"], "--timeout nan"),
     ("range-timeout-inf", ["sync", "--timeout", "inf"], "--timeout inf"),
+    # compact: durations, and a store that holds no data of its own
+    ("usage-compact-no-keep", ["compact", "--store", "{db}"], "missing option '--keep-raw'"),
+    *(
+        (f"range-compact-{i}", ["compact", "--keep-raw", d, "--store", "{db}"], "not a duration")
+        for i, d in enumerate(("30", "30x", "d", "-5d", "0d", "0.0h", "1e3d", "", " 5 d"))
+    ),
+    (
+        "range-compact-dry",
+        ["compact", "--keep-raw", "nan", "--dry-run", "--store", "{db}"],
+        "'nan' is not a duration",
+    ),
+    (
+        "store-compact-server",
+        ["compact", "--keep-raw", "30d", "--store", "http://127.0.0.1:9/p"],
+        "not the URL of a tunescope server",
+    ),
+    ("store-compact-none", ["compact", "--keep-raw", "30d", "--store", "{none}"], "none.db"),
     # ids and names
     ("id-huge-trials", ["trials", "9" * 23, "--store", "{db}"], f"no run {'9' * 23} "),
     ("id-huge-export", ["export", "1" + "0" * 30, "--store", "{db}"], "no run 1000000000"),

@@ -272,8 +272,10 @@ def test_one_batch_appends_merges_and_packs_many_series_at_once(store: Store) ->
     mem, full_id = got[("cpu.mem", None)], got[("gpu.mem", "0")]
     assert store.series_extent(mem) == (T0, T0 + 10 + n - 1, n + 3)
     assert store.series_extent(full_id) == (T0, T0 + n - 1, n)
-    for sid in (mem, full_id):  # one chunk each, the rest pending
-        assert [r[3] for r in store._chunk_summaries(sid, -math.inf, math.inf)] == [CHUNK_SAMPLES]
+    # filled: one chunk, the rest pending; merged: every sample it rewrote is packed (a
+    # chunk, and the 13 after it), so the rollups take the samples packed anew once
+    assert [r[3] for r in store._chunk_summaries(full_id, -math.inf, math.inf)] == [CHUNK_SAMPLES]
+    assert [r[3] for r in store._chunk_summaries(mem, -math.inf, math.inf)] == [CHUNK_SAMPLES, 13]
     assert store.read_samples(got[("gpu.mem", "0")])[1].tolist() == [float(i) for i in range(n)]
     assert store.read_samples(got[("gpu.mem", "1")])[1].tolist() == [3.0] * 4
 

@@ -131,7 +131,9 @@ def test_damaged_block_summaries_fall_back_to_the_samples(
     bad, _ = _fill(store)
     t_all, v_all = store.read_samples(bad)
     end = T0 + N
-    points = 20  # 66 s spans: chunks are longer, blocks (32 s) shorter, so blocks are read
+    # 45 s spans: chunks are longer, blocks (32 s) shorter, so blocks are read (spans of a
+    # minute or more read the minute rollups instead)
+    points = N // 45
     before = store.window(bad, T0, end, points)
     damage_chunk(store_url, bad, 2, "blocks", how)
     after = store.window(bad, T0, end, points)

@@ -19,6 +19,7 @@ from tunescope.analyze._report import (
     render_report,
     report_dict,
 )
+from tunescope.analyze._retention import compact_raw
 from tunescope.analyze._rightsize import (
     GPU_CATALOG,
     GpuType,
@@ -64,6 +65,7 @@ __all__ = [
     "TrialReport",
     "TrialSummary",
     "build_report",
+    "compact_raw",
     "data_wait_share",
     "describe_catalog",
     "elapsed",

@@ -82,6 +82,24 @@ class Finding:
             "advice": list(self.advice),
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        """The finding :meth:`to_dict` gave (findings kept in the store, see
+        :func:`tunescope.analyze.compact_raw`)."""
+        return cls(
+            d["rule"],
+            int(d["trial_id"]),
+            d["severity"],
+            d["title"],
+            d["message"],
+            dict(d["evidence"]),
+            d["t0"],
+            d["t1"],
+            d["metric"],
+            d["device"],
+            tuple(d["advice"]),
+        )
+
 
 @dataclass(frozen=True)
 class RuleInfo:

@@ -8,6 +8,7 @@ prices the caller may set (:func:`gpu_catalog`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,8 +61,14 @@ def findings_for_trial(
     *,
     catalog: tuple[GpuType, ...] = GPU_CATALOG,
 ) -> list[Finding]:
-    """Every finding of one trial, most severe first. NotFound for an unknown trial id."""
+    """Every finding of one trial, most severe first. NotFound for an unknown trial id. A
+    trial whose findings were kept when its raw samples were dropped (:func:`compact_raw`)
+    answers those, whatever ``settings``."""
     info = store.get_trial(trial) if isinstance(trial, int) else trial
+    kept = getattr(store, "kept_findings", None)
+    text = None if kept is None else kept(info.id)
+    if text is not None:  # computed before its raw samples were dropped (compact_raw)
+        return [Finding.from_dict(d) for d in json.loads(text)]
     s = settings if settings is not None else FindingSettings()
     d = TrialData(store, info)
     out = [f for rule in FINDINGS for f in rule.findings(d, s, catalog)]

@@ -357,7 +357,8 @@ def export(
     Samples: run,trial,metric,host,device,t,elapsed_s,value (host: the node that measured
     it; value in the metric's base unit).
     Events: run,trial,kind,name,step,t,elapsed_s,duration_s. Samples the store cannot
-    decode (a damaged database) are left out, with a warning per series on stderr."""
+    decode (a damaged database) are left out, with a warning per series on stderr; so are
+    raw samples `tunescope compact` dropped (their rollups remain, docs/retention.md)."""
     if out_format not in ("csv", "json"):
         raise ConfigError(f"unknown --format {out_format!r}: use csv or json")
     if what not in ("samples", "events"):
@@ -377,7 +378,7 @@ def export(
             samples=out_format == "json" or what == "samples",
             events=out_format == "json" or what == "events",
         )
-        warnings = fmt.damage_warnings(st)
+        warnings = fmt.damage_warnings(st) + fmt.dropped_warnings(got.dropped)
     samples, events = got.samples, got.events
     s_head, e_head = SAMPLE_COLUMNS, EVENT_COLUMNS
     try:
@@ -408,6 +409,41 @@ def export(
 
 app.command(cls=Command)(report)
 app.add_typer(tokens)
+
+
+KeepRawOpt = Annotated[
+    str,
+    typer.Option(
+        "--keep-raw",
+        metavar="DURATION",
+        help="Keep raw samples this long (30d, 12h, 2w: a number and s, m, h, d or w); "
+        "older ones are dropped once their minute and hour rollups hold them.",
+        callback=check.duration,
+    ),
+]
+
+
+@app.command(cls=Command)
+def compact(
+    keep_raw: KeepRawOpt,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Change nothing: say what would be dropped.")
+    ] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Drop raw samples older than --keep-raw, keeping their rollups: a store bounded for years.
+
+    Windows, charts, a trial's latest values and usage read the minute and hour rollups
+    (count, min, max, sum) where the raw samples are gone; a finished trial's findings are
+    computed before its raw samples go and kept. Series written before rollups existed are
+    rolled up first. Safe while others write (one series at a time). See docs/retention.md."""
+    from tunescope.analyze import compact_raw, load_settings
+    from tunescope.cli._tokens import admin_store
+
+    settings = None if dry_run else load_settings().settings
+    with admin_store(store, who="compact works (or serve --keep-raw)") as st:
+        r = compact_raw(st, check.duration_s(keep_raw), dry_run=dry_run, settings=settings)
+    typer.echo(fmt.retention_line(r))
 
 
 @app.command(cls=Command)
@@ -643,6 +679,17 @@ def serve(
             "limit is raised to the hard limit at start.",
         ),
     ] = 1024,
+    keep_raw: Annotated[
+        str | None,
+        typer.Option(
+            "--keep-raw",
+            metavar="DURATION",
+            envvar="TUNESCOPE_KEEP_RAW",
+            help="Run `tunescope compact --keep-raw DURATION` daily (first a minute after "
+            "start): raw samples older than this are dropped once rolled up. Default: keep all.",
+            callback=check.duration,
+        ),
+    ] = None,
 ) -> None:
     """Serve a team: the page, the JSON API and recording, every request with a token.
 
@@ -674,6 +721,7 @@ def serve(
             "max_series": max_series,
             "read_timeout": read_timeout,
             "max_connections": max_connections,
+            "keep_raw": None if keep_raw is None else check.duration_s(keep_raw),
         },
     )
 

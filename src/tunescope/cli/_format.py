@@ -17,14 +17,16 @@ from typing import Any
 from tunescope.analyze import elapsed as duration
 from tunescope.analyze import jsonable, printable, value
 from tunescope.errors import ConfigError
-from tunescope.store import Store
+from tunescope.store import RetentionReport, Store
 
 __all__ = [
     "ROW_FORMATS",
     "Column",
+    "dropped_warnings",
     "duration",
     "printable",
     "render_rows",
+    "retention_line",
     "row_format",
     "table",
     "value",
@@ -107,6 +109,10 @@ def when(t: float) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _series_name(s: Any) -> str:
+    return str(s.metric if s.device is None else f"{s.metric} on GPU {s.device}")
+
+
 def damage_warnings(st: Store) -> list[str]:
     """One warning line per series whose damaged chunks ``st`` skipped while the command read
     it (see ``Store.corrupt_series``), naming the series, its trial and run."""
@@ -114,7 +120,7 @@ def damage_warnings(st: Store) -> list[str]:
     for s, k in st.corrupt_series():
         trial = st.get_trial(s.trial_id)
         run = st.get_run(trial.run_id)
-        where = s.metric if s.device is None else f"{s.metric} on GPU {s.device}"
+        where = _series_name(s)
         chunks = "1 damaged chunk" if k == 1 else f"{k} damaged chunks"
         lines.append(
             f"tunescope: warning: series {where} of trial {trial.name!r} in run {run.name!r}: "
@@ -122,3 +128,24 @@ def damage_warnings(st: Store) -> list[str]:
             "the rest is used"
         )
     return lines
+
+
+def dropped_warnings(dropped: Sequence[tuple[Any, Any, Any, float]]) -> list[str]:
+    """One warning line per exported series whose older raw samples ``tunescope compact``
+    dropped (``ExportRows.dropped``): only the raw samples kept are in the export."""
+    return [
+        f"tunescope: warning: series {_series_name(s)} of trial {t.name!r} in run {r.name!r}: "
+        f"raw samples before {when(gone)} were dropped by compaction (their minute and hour "
+        "rollups remain, see docs/retention.md); the rest is exported"
+        for r, t, s, gone in dropped
+    ]
+
+
+def retention_line(r: RetentionReport) -> str:
+    """What ``tunescope compact`` (or its dry run) dropped, on one line."""
+    verb, first = ("would drop", "would roll up") if r.dry_run else ("dropped", "rolled up")
+    line = (
+        f"{verb} {r.chunks} raw chunks ({r.samples} samples, {r.bytes / 2**20:.2f} MiB) of "
+        f"{r.series} series, those ended before {when(r.cutoff)}"
+    )
+    return line + (f"; {first} {r.rolled_up} series first" if r.rolled_up else "")

@@ -31,6 +31,8 @@ __all__ = [
     "StoreOpt",
     "allowed_hosts",
     "as_run",
+    "duration",
+    "duration_s",
     "host",
     "http_url",
     "not_empty",
@@ -86,6 +88,29 @@ def port(value: int) -> int:
     if not 1 <= value <= 65535:
         raise typer.BadParameter(f"{value} is out of range: use 1 to 65535")
     return value
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def duration(value: str | None) -> str | None:
+    """A callback: a positive span written as a number and a unit, ``90s``, ``15m``,
+    ``12h``, ``30d`` or ``2w`` (:func:`duration_s` gives its seconds)."""
+    if (value is not None and _DURATION.fullmatch(value.strip()) is None) or (
+        value is not None and duration_s(value) <= 0
+    ):
+        raise typer.BadParameter(
+            f"{value!r} is not a duration: use a positive number and a unit, s, m, h, d or w "
+            "(e.g. 30d)"
+        )
+    return value
+
+
+def duration_s(value: str) -> float:
+    """The seconds of a duration :func:`duration` accepted (0.0 for anything else)."""
+    m = _DURATION.fullmatch(value.strip())
+    return 0.0 if m is None else float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 def _host_ok(value: str) -> bool:

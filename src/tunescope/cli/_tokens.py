@@ -34,12 +34,15 @@ ProjectOpt = Annotated[
 ]
 
 
-def admin_store(store: str | None, create: bool = False) -> SQLStore:
+def admin_store(
+    store: str | None, create: bool = False, who: str = "tokens and team servers work"
+) -> SQLStore:
     """The database (not a server) the tokens live in: a team server's store; with
-    ``create``, its tables are made in an empty database (a new SQLite file)."""
+    ``create``, its tables are made in an empty database (a new SQLite file). ``who``: what
+    the refusal of a server's URL names."""
     if resolve_url(store).partition("://")[0] in ("http", "https"):
         raise ConfigError(
-            "tokens and team servers work on the team server's database: give its "
+            f"{who} on the team server's database: give its "
             "postgresql:// URL (or a SQLite file), not the URL of a tunescope server"
         )
     st = open_store(store, create=create)

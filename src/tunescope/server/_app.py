@@ -25,6 +25,7 @@ from tunescope import __version__
 from tunescope.analyze import FindingSettings, load_settings
 from tunescope.errors import ConfigError
 from tunescope.server._auth import Authenticator, Mode, Principal
+from tunescope.server._compact import COMPACT_EVERY_S, FIRST_AFTER_S, Compactor
 from tunescope.server._errors import install_error_handlers
 from tunescope.server._limits import (
     MAX_CONNECTIONS,
@@ -99,6 +100,9 @@ def create_app(
     trusted_proxies: Iterable[str] = (),
     max_series: int = MAX_SERIES,
     read_timeout: float = READ_TIMEOUT_S,
+    keep_raw: float | None = None,
+    compact_every: float = COMPACT_EVERY_S,
+    compact_first_after: float = FIRST_AFTER_S,
 ) -> FastAPI:
     """A FastAPI app serving the store at ``store_url``.
 
@@ -124,7 +128,9 @@ def create_app(
     series a trial may have (:data:`~tunescope.store.MAX_SERIES`; a batch past it is 422).
     ``read_timeout``: seconds a request body may stall (408). Every body is counted as it
     streams and bounded per route, and the batch and store routes share one budget of bytes
-    in flight (``_limits.py``).
+    in flight (``_limits.py``). ``keep_raw``: seconds of raw samples to keep; older ones are
+    dropped once rolled up, the first time ``compact_first_after`` seconds after start, then
+    every ``compact_every`` (``_compact.py``, see docs/retention.md); None: all are kept.
     """
     if settings is None:
         settings = load_settings().settings
@@ -149,9 +155,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        compactor = (
+            None
+            if keep_raw is None
+            else Compactor(store, keep_raw, settings, compact_every, compact_first_after)
+        )
+        app.state.compactor = compactor
         try:
             yield
         finally:
+            if compactor is not None:
+                compactor.stop()
             if otel is not None:
                 otel.shutdown()
             release_store(store)
@@ -243,6 +257,7 @@ def serve(
     max_series: int = MAX_SERIES,
     read_timeout: float = READ_TIMEOUT_S,
     max_connections: int = MAX_CONNECTIONS,
+    keep_raw: float | None = None,
 ) -> None:
     """Serve the app with uvicorn until interrupted. Binds 127.0.0.1 unless told otherwise;
     with ``open_browser`` the page opens in the default browser once the server listens.
@@ -250,8 +265,8 @@ def serve(
     ``allowed_hosts``. ``auth`` as for :func:`create_app`. With ``tls_cert`` and ``tls_key``
     (PEM files) it answers https. Behind a reverse proxy, ``X-Forwarded-Proto`` and
     ``X-Forwarded-For`` are believed only from ``trusted_proxies`` (as for
-    :func:`create_app`; none by default). ``otlp_endpoint``, ``max_series`` and
-    ``read_timeout`` as for :func:`create_app`. At most
+    :func:`create_app`; none by default). ``otlp_endpoint``, ``max_series``,
+    ``read_timeout`` and ``keep_raw`` as for :func:`create_app`. At most
     ``max_connections`` connections and requests at once (503 beyond); a connection that
     has not sent a whole request head within ``read_timeout`` seconds (of opening, or of
     its last answer) is closed, and an idle one after 5 s; the open-files soft limit is
@@ -273,6 +288,7 @@ def serve(
         trusted_proxies=trusted_proxies,
         max_series=max_series,
         read_timeout=read_timeout,
+        keep_raw=keep_raw,
     )
     scheme = "https" if tls_cert is not None else "http"
     if open_browser:

@@ -45,6 +45,7 @@ from tunescope.store._model import (
 )
 from tunescope.store._open import open_store
 from tunescope.store._pool import PooledStore
+from tunescope.store._retention import RetentionReport
 from tunescope.store._spool import (
     ReplayStats,
     classify,
@@ -89,6 +90,7 @@ __all__ = [
     "ExportRows",
     "PooledStore",
     "ReplayStats",
+    "RetentionReport",
     "RunInfo",
     "SQLStore",
     "SampleRow",

@@ -39,6 +39,7 @@ the few primitives each backend implements.
 from __future__ import annotations
 
 import abc
+import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
@@ -59,6 +60,7 @@ from tunescope.store._model import (
     TrialInfo,
     Window,
 )
+from tunescope.store._rollup import LEVELS, plan
 
 __all__ = ["CHUNK_SAMPLES", "LOST_AFTER_S", "Store"]
 
@@ -230,8 +232,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def compact(self, series_id: int | None = None) -> None:
-        """Pack every pending sample (of one series or all) into chunks. Writers call it when
-        they finish; queries see pending samples either way."""
+        """Pack every pending sample (of one series or all) into chunks, and add them to the
+        series' minute and hour rollups where the store keeps them (SQL stores). Writers call
+        it when they finish; queries see pending samples either way."""
 
     @abc.abstractmethod
     def _chunk_summaries(self, series_id: int, start: float, end: float) -> list[_Summary]:
@@ -345,13 +348,17 @@ class Store(abc.ABC):
         if bad:
             self._corrupt_seen().setdefault(series_id, set()).update(r[0] for r in bad)
 
-    def _decode_chunks(self, rows: Sequence[_Summary]) -> tuple[F64, F64, list[_Summary]]:
+    def _decode_chunks(
+        self, rows: Sequence[_Summary], blobs: dict[int, bytes] | None = None
+    ) -> tuple[F64, F64, list[_Summary]]:
         """The samples of the given chunks, concatenated in their order, and the rows of those
         that could not be decoded or whose samples disagree with their summary row (see
-        :func:`check_chunks`); those are left out."""
+        :func:`check_chunks`); those are left out. ``blobs``: their bytes by chunk id, read
+        by the caller (default: read here)."""
         if not rows:
             return np.empty(0), np.empty(0), []
-        blobs = self._chunk_blobs([r[0] for r in rows])
+        if blobs is None:
+            blobs = self._chunk_blobs([r[0] for r in rows])
         summ = np.asarray(rows, dtype=np.float64)[:, 1:]
         try:  # every chunk at once, the common case
             t, v, counts = decode_many([blobs[r[0]] for r in rows])
@@ -383,13 +390,22 @@ class Store(abc.ABC):
         samples it covers (``t_first`` to ``t_last``), so a spike is never averaged away.
         When the window holds no more than ``points`` samples, the raw samples are returned.
 
-        Cost is bounded whatever the window's length, by working at three resolutions: a chunk
-        (CHUNK_SAMPLES samples) or a block (BLOCK_SAMPLES) no longer than a span goes whole
-        into the span holding its midpoint, using its stored summary; only chunks with a
-        block longer than a span, and the two cut by the window's edges, are decoded. A span
-        shorter than a block means a window of fewer than points x BLOCK_SAMPLES samples.
-        Assigning whole items by midpoint keeps buckets ordered and disjoint, since items
-        never overlap in time.
+        Cost is bounded whatever the window's length, by working at five resolutions: an
+        hour's or a minute's rollup row (see :mod:`tunescope.store._rollup`), a chunk
+        (CHUNK_SAMPLES samples) or a block (BLOCK_SAMPLES). The coarsest rollup level no
+        longer than a span gives the window's whole rows, the next level the edges they leave,
+        and chunks and blocks the last seconds at each edge (:meth:`_raw_parts`): a chunk or
+        block no longer than a span goes whole into the span holding its midpoint, using its
+        stored summary; only chunks with a block longer than a span, and those cut by the
+        pieces' edges, are decoded. A span shorter than a block means a window of fewer than
+        points x BLOCK_SAMPLES samples. Assigning whole items by midpoint keeps buckets
+        ordered and disjoint, since items never overlap in time.
+
+        Where a series' raw chunks were dropped (``tunescope compact --keep-raw``), the
+        minute rows stand in for them: a window there is exact to the minute at its edges (a
+        minute row cut by an edge goes in whole when the midpoint of its samples lies inside
+        the window, else not at all), its buckets at least a minute long, and it returns
+        buckets even when it holds fewer samples than ``points``.
 
         A chunk that must be decoded but cannot be (see :meth:`_decode_chunks`) is counted in
         ``corrupt_chunks``: one inside the window goes in whole as its stored summary (its
@@ -402,51 +418,48 @@ class Store(abc.ABC):
         if not end > start:
             raise ValueError("a window needs end > start")
         info = self._series_info(series_id)
-        summ = self._chunk_summaries(series_id, start, end)
-        pt, pv = self._pending(series_id, start, end)
+        width = (end - start) / points
+        rolled, raw_from = self._rollup_state(series_id)
+        levels = tuple(level for level in LEVELS if level <= width)
+        dropped = raw_from is not None and raw_from > start
+        if not rolled or not (levels or dropped):
+            return self._raw_window(info, start, end, points)
+        parts = _Parts()
+        corrupt = 0
+        pieces = plan(start, end, levels)
+        if not pieces or pieces[-1][0]:
+            pieces.append((0, end, end))  # samples at the window's end, after the last row
+        for level, lo, hi in pieces:
+            if level:
+                parts.rows(self._rollups(series_id, level, lo, hi))
+                continue
+            if raw_from is not None and lo < raw_from:  # raw dropped: the minute rows
+                minute = LEVELS[-1]
+                rows = self._rollups(
+                    series_id, minute, math.floor(lo / minute) * minute, min(hi, raw_from)
+                )
+                mid = (rows[:, 0] + rows[:, 1]) / 2.0
+                parts.rows(rows[(mid >= start) & (mid <= end)])
+                if hi <= raw_from:
+                    continue
+                lo = raw_from
+            last = hi >= end  # the window's end is inside it, pieces' ends are not
+            if lo < hi or (last and lo <= hi):
+                top = hi if last else float(np.nextafter(hi, -np.inf))
+                corrupt += self._raw_parts(series_id, lo, top, width, parts, decode_all=False)
+        # pending last, as _raw_window reads them: a pack in between misses, never doubles
+        parts.samples(*self._pending(series_id, start, end))
+        if not dropped and parts.count() <= points:
+            return self._raw_window(info, start, end, points)  # few samples: them, raw
+        return Window(
+            info, start, end, buckets=parts.buckets(start, width, points), corrupt_chunks=corrupt
+        )
+
+    def _raw_window(self, info: SeriesInfo, start: float, end: float, points: int) -> Window:
+        """:meth:`window` from chunks, blocks and samples only."""
         width = (end - start) / points
         parts = _Parts()
-        parts.samples(pt, pv)
-        corrupt = 0
-        if summ:
-            c = np.asarray(summ, dtype=np.float64)
-            inside = (c[:, 1] >= start) & (c[:, 2] <= end)
-            if c[inside, 3].sum() + len(pt) <= 2 * points:
-                whole = np.zeros(len(c), dtype=bool)
-                finer = np.zeros(len(c), dtype=bool)
-            else:
-                whole = inside & (c[:, 2] - c[:, 1] <= width)
-                finer = inside & ~whole
-            parts.chunks(c[whole])
-            to_decode = [summ[i] for i in np.flatnonzero(~inside | (~whole & ~finer))]
-            finer_rows = [summ[i] for i in np.flatnonzero(finer)]
-            if finer_rows:
-                blobs = self._chunk_blobs([r[0] for r in finer_rows], "blocks")
-                rows = np.asarray([(r[1], r[2], r[3]) for r in finer_rows], dtype=np.float64)
-                b, owner, ok = decode_blocks_many([blobs[r[0]] for r in finer_rows], rows)
-                wide = np.bincount(
-                    owner, weights=b["t_last"] - b["t_first"] > width, minlength=len(rows)
-                )
-                use = ok & (wide == 0)
-                to_decode.extend(finer_rows[i] for i in np.flatnonzero(~use))
-                b = b[use[owner]]
-                parts.items(
-                    b["t_first"],
-                    b["t_last"],
-                    b["n"].astype(np.float64),
-                    b["min"].astype(np.float64),
-                    b["max"].astype(np.float64),
-                    b["sum"],
-                )
-            if to_decode:
-                ts, vs, bad = self._decode_chunks(to_decode)
-                keep = (ts >= start) & (ts <= end)
-                parts.samples(ts[keep], vs[keep])
-                if bad:
-                    self._note_corrupt(series_id, bad)
-                    corrupt = len(bad)
-                    lost = np.asarray(bad, dtype=np.float64)
-                    parts.chunks(lost[(lost[:, 1] >= start) & (lost[:, 2] <= end)])
+        corrupt = self._raw_parts(info.id, start, end, width, parts, points=points)
         if not parts.has_items() and parts.sample_count() <= points:
             ts, vs = parts.sorted_samples()
             return Window(
@@ -459,6 +472,84 @@ class Store(abc.ABC):
         return Window(
             info, start, end, buckets=parts.buckets(start, width, points), corrupt_chunks=corrupt
         )
+
+    def _raw_parts(
+        self,
+        series_id: int,
+        start: float,
+        end: float,
+        width: float,
+        parts: _Parts,
+        *,
+        decode_all: bool | None = None,
+        points: int = 0,
+    ) -> int:
+        """Add the packed samples with start <= t <= end to ``parts`` as whole chunks, blocks
+        and decoded samples (see :meth:`window`); returns how many chunks could not be
+        decoded. ``decode_all`` None: the pending samples too (read after the chunks' rows, so
+        that a pack in between misses samples rather than doubling them), and decode every
+        chunk when the chunks inside and the pending samples number at most 2 x ``points``."""
+        summ = self._chunk_summaries(series_id, start, end)
+        pending = 0
+        if decode_all is None:
+            pt, pv = self._pending(series_id, start, end)
+            parts.samples(pt, pv)
+            pending = len(pt)
+        if not summ:
+            return 0
+        corrupt = 0
+        c = np.asarray(summ, dtype=np.float64)
+        inside = (c[:, 1] >= start) & (c[:, 2] <= end)
+        if decode_all is None:
+            decode_all = bool(c[inside, 3].sum() + pending <= 2 * points)
+        if decode_all:
+            whole = np.zeros(len(c), dtype=bool)
+            finer = np.zeros(len(c), dtype=bool)
+        else:
+            whole = inside & (c[:, 2] - c[:, 1] <= width)
+            finer = inside & ~whole
+        parts.chunks(c[whole])
+        to_decode = [summ[i] for i in np.flatnonzero(~inside | (~whole & ~finer))]
+        finer_rows = [summ[i] for i in np.flatnonzero(finer)]
+        if finer_rows:
+            blobs = self._chunk_blobs([r[0] for r in finer_rows], "blocks")
+            rows = np.asarray([(r[1], r[2], r[3]) for r in finer_rows], dtype=np.float64)
+            b, owner, ok = decode_blocks_many([blobs[r[0]] for r in finer_rows], rows)
+            wide = np.bincount(
+                owner, weights=b["t_last"] - b["t_first"] > width, minlength=len(rows)
+            )
+            use = ok & (wide == 0)
+            to_decode.extend(finer_rows[i] for i in np.flatnonzero(~use))
+            b = b[use[owner]]
+            parts.items(
+                b["t_first"],
+                b["t_last"],
+                b["n"].astype(np.float64),
+                b["min"].astype(np.float64),
+                b["max"].astype(np.float64),
+                b["sum"],
+            )
+        if to_decode:
+            ts, vs, bad = self._decode_chunks(to_decode)
+            keep = (ts >= start) & (ts <= end)
+            parts.samples(ts[keep], vs[keep])
+            if bad:
+                self._note_corrupt(series_id, bad)
+                corrupt = len(bad)
+                lost = np.asarray(bad, dtype=np.float64)
+                parts.chunks(lost[(lost[:, 1] >= start) & (lost[:, 2] <= end)])
+        return corrupt
+
+    def _rollup_state(self, series_id: int) -> tuple[bool, float | None]:
+        """Whether every packed sample of the series is in its rollups, and the time before
+        which its raw chunks were dropped (None: none were). Stores without rollups answer
+        (False, None): their windows read chunks only."""
+        return False, None
+
+    def _rollups(self, series_id: int, level: int, lo: float, hi: float) -> F64:
+        """Rows (t_first, t_last, n, min, max, sum) of the rollup ``level`` of spans starting
+        at lo <= t < hi, ordered by time."""
+        return np.empty((0, 6))
 
     # The event reads take the same arguments in the same order: the trial, the span
     # [start, end] (all time by default, except for events, whose bins need a finite span),
@@ -525,6 +616,15 @@ class _Parts:
     def items(self, t_first: F64, t_last: F64, n: F64, vmin: F64, vmax: F64, vsum: F64) -> None:
         if len(t_first):
             self._items.append((t_first, t_last, n, vmin, vmax, vsum))
+
+    def rows(self, rows: F64) -> None:
+        """Rollup rows as items, as :meth:`Store._rollups` gives them."""
+        if len(rows):
+            self.items(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4], rows[:, 5])
+
+    def count(self) -> int:
+        """Samples gathered, those in items included."""
+        return int(sum(float(x[2].sum()) for x in self._items)) + self.sample_count()
 
     def chunks(self, rows: F64) -> None:
         """Whole chunks as items, from their summary rows (as an array of _Summary)."""

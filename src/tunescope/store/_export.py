@@ -6,7 +6,8 @@ measured the series: each node of a multi-node trial has its own; ``device`` ``"
 trial-level series, ``t`` UNIX seconds, ``elapsed_s`` since the run began rounded to 1 ms,
 ``value`` in the metric's base unit, see docs/metrics.md). Events: ``run, trial, kind, name,
 step, t, elapsed_s, duration_s``. Samples the store cannot decode (a damaged database) are left
-out (see :meth:`~tunescope.store.Store.corrupt_series`).
+out (see :meth:`~tunescope.store.Store.corrupt_series`), and so are raw samples ``tunescope
+compact`` dropped (listed in :attr:`ExportRows.dropped`; docs/retention.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tunescope.errors import ConfigError, NotFound
 from tunescope.metrics import metric
 from tunescope.store._contract import Store
-from tunescope.store._model import RunInfo, TrialInfo
+from tunescope.store._model import RunInfo, SeriesInfo, TrialInfo
 from tunescope.store._open import open_store
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ class ExportRows:
 
     samples: list[list[Any]] = field(default_factory=list)
     events: list[list[Any]] = field(default_factory=list)
+    dropped: list[tuple[RunInfo, TrialInfo, SeriesInfo, float]] = field(default_factory=list)
+    """Series exported whose raw samples before a time were dropped (``tunescope compact``):
+    only the raw samples kept are exported; their rollups answer windows (a SQL store says
+    so; an HTTP store's rows carry what its server kept, unsaid)."""
 
 
 def run_and_trials(
@@ -81,11 +86,15 @@ def export_rows(
     r, selected = run_and_trials(st, run, trial)
     t0 = r.start
     out = ExportRows()
+    raw_from = getattr(st, "raw_from", None)
     for t in selected:
         if samples:
             for key in keys:
                 for s in st.list_series(t.id, key):
                     ts, vs = st.read_samples(s.id)
+                    gone = None if raw_from is None else raw_from(s.id)
+                    if gone is not None:
+                        out.dropped.append((r, t, s, gone))
                     out.samples.extend(
                         [r.name, t.name, s.metric, s.host, s.device or "", a, round(a - t0, 3), b]
                         for a, b in zip(ts.tolist(), vs.tolist(), strict=True)

@@ -242,6 +242,22 @@ class PooledStore(Store):
     def scalar_page(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("scalar_page", *args, **kwargs)
 
+    # rollups and raw retention (SQL stores; see _retention.py)
+    def drop_raw(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("drop_raw", *args, **kwargs)
+
+    def trials_with_raw_before(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("trials_with_raw_before", *args, **kwargs)
+
+    def keep_findings(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("keep_findings", *args, **kwargs)
+
+    def kept_findings(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("kept_findings", *args, **kwargs)
+
+    def raw_from(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("raw_from", *args, **kwargs)
+
     # derived queries: one member for the whole query
     def read_samples(
         self, series_id: int, start: float = -np.inf, end: float = np.inf

@@ -32,6 +32,7 @@ POSTGRES = Dialect(
     blob_type="BYTEA",
     real_type="DOUBLE PRECISION",
     greatest="GREATEST",
+    least="LEAST",
     floor_int="CAST(FLOOR({x}) AS BIGINT)",
     for_update=" FOR UPDATE",
     now="extract(epoch from clock_timestamp())::double precision",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
@@ -169,6 +169,32 @@ MIGRATIONS: tuple[Migration, ...] = (
     #    last heartbeat landed, so that `lost` never compares a writer's clock with a
     #    reader's (NULL: judge by the heartbeat, as a direct update_trial names it)
     ("ALTER TABLE trials ADD COLUMN t_seen {real}",),
+    # 9 (issue 20, a store bounded for years): every series' samples rolled up per minute and
+    #    per hour (level 60, 3600: count, min, max, sum, the first and last sample's time and
+    #    the last value) as they are packed into chunks, so windows over months read a few
+    #    thousand rows and raw chunks can be dropped; ``rolled`` 0 for a series whose chunks
+    #    predate the rollups (``compact --keep-raw`` rolls them up first), ``raw_from`` the
+    #    time before which its raw chunks were dropped (NULL: none were); the findings of a
+    #    trial as computed before its raw samples were dropped (JSON), kept to be answered
+    #    after
+    {
+        # SQLite: one B-tree by its key, not a rowid table beside an index of it
+        dialect: (
+            """CREATE TABLE rollups (
+            series_id BIGINT NOT NULL REFERENCES series(id), level INTEGER NOT NULL,
+            t BIGINT NOT NULL, n BIGINT NOT NULL, vmin {real} NOT NULL, vmax {real} NOT NULL,
+            vsum {real} NOT NULL, t_first {real} NOT NULL, t_last {real} NOT NULL,
+            vlast {real} NOT NULL, PRIMARY KEY (series_id, level, t))"""
+            + (" WITHOUT ROWID" if dialect == "sqlite" else ""),
+            "ALTER TABLE series ADD COLUMN rolled INTEGER NOT NULL DEFAULT 1",
+            "UPDATE series SET rolled = 0 WHERE id IN (SELECT DISTINCT series_id FROM chunks)",
+            "ALTER TABLE series ADD COLUMN raw_from {real}",
+            """CREATE TABLE kept_findings (
+            trial_id BIGINT PRIMARY KEY REFERENCES trials(id), t {real} NOT NULL,
+            data TEXT NOT NULL)""",
+        )
+        for dialect in ("sqlite", "postgresql")
+    },
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

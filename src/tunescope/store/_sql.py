@@ -54,6 +54,8 @@ from tunescope.store._heal import Lost, retrying
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
 from tunescope.store._pages import EVENT_COLS, PagesMixin, event_from_row, scalar_from_row
 from tunescope.store._pages import json_or as _loads
+from tunescope.store._retention import RollupsMixin
+from tunescope.store._rollup import LEVELS
 from tunescope.store._schema import REBUILDS, SCHEMA_VERSION, statements
 from tunescope.store._tokens import TokensMixin
 
@@ -122,6 +124,7 @@ class Dialect:
     blob_type: str
     real_type: str
     greatest: str
+    least: str
     floor_int: str
     """SQL for the integer floor of ``{x}`` (non-negative or clipped by the caller)."""
     for_update: str
@@ -135,7 +138,7 @@ class Dialect:
         return stmt.format(id=self.id_type, blob=self.blob_type, real=self.real_type)
 
 
-class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
+class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
     """A store over a DB-API connection. Subclasses open connections (:meth:`_connect`),
     translate driver errors (:meth:`_translate`), recognise a lost connection
     (:meth:`_is_lost`), begin transactions and list tables."""
@@ -1124,12 +1127,21 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             part = [int(r[0]) for r in rows[i : i + 500]]
             self._q(cur, f"DELETE FROM chunks WHERE id IN ({', '.join('?' * len(part))})", part)
         self._q(cur, "DELETE FROM pending WHERE series_id = ?", (sid,))
-        self._pack(cur, sid, all_t[order], all_v[order])
+        # every sample goes into chunks (none back to pending), so the rollups take exactly
+        # the samples packed for the first time: the pending and the new ones
+        self._write_chunks(cur, sid, all_t[order], all_v[order], roll=False)
+        fresh_t = np.concatenate([pt, ts])
+        fresh_v = np.concatenate([pv, vs])
+        fresh = np.argsort(fresh_t, kind="stable")
+        self._roll_up(cur, sid, fresh_t[fresh], fresh_v[fresh])
 
-    def _write_chunks(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
-        """Write sorted samples as chunks of at most CHUNK_SAMPLES, split at long gaps."""
+    def _write_chunks(self, cur: Any, sid: int, ts: F64, vs: F64, *, roll: bool = True) -> None:
+        """Write sorted samples as chunks of at most CHUNK_SAMPLES, split at long gaps, and
+        (``roll``: they are packed for the first time) add them to the series' rollups."""
         if not len(ts):
             return
+        if roll:
+            self._roll_up(cur, sid, ts, vs)
         gaps = np.flatnonzero(np.diff(np.round(ts * 1000.0)) > MAX_DELTA_MS) + 1
         cuts = sorted(set(range(0, len(ts), CHUNK_SAMPLES)) | set(gaps.tolist()))
         cuts.append(len(ts))
@@ -1234,8 +1246,13 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
             stmt += " AND t_first <= ?"
             args.append(end)
         if math.isfinite(start):
-            stmt += " AND t_last >= ?"
-            args.append(start)
+            # chunks never overlap: none that reaches ``start`` begins before the last one that
+            # begins before it, so the index scan starts there, not at the series' first chunk
+            stmt += (
+                " AND t_last >= ? AND t_first >= COALESCE((SELECT MAX(d.t_first) FROM chunks d "
+                "WHERE d.series_id = ? AND d.t_first < ?), ?)"
+            )
+            args.extend([start, args[0], start, start])
         with self._tx() as cur:
             return [tuple(r) for r in self._q(cur, stmt + " ORDER BY t_first", args).fetchall()]
 
@@ -1256,10 +1273,18 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
 
     @retrying
     def series_extent(self, series_id: int) -> tuple[float, float, int] | None:
+        """As :meth:`Store.series_extent`; a series whose raw chunks were dropped in part
+        answers from its hour rollups, which hold every packed sample."""
         with self._tx() as cur:
+            r = self._q(
+                cur, "SELECT raw_from FROM series WHERE id = ?", (_sql_int(series_id),)
+            ).fetchone()
             c = self._q(
                 cur,
-                "SELECT MIN(t_first), MAX(t_last), SUM(n) FROM chunks WHERE series_id = ?",
+                "SELECT MIN(t_first), MAX(t_last), SUM(n) FROM chunks WHERE series_id = ?"
+                if r is None or r[0] is None
+                else "SELECT MIN(t_first), MAX(t_last), SUM(n) FROM rollups "
+                f"WHERE series_id = ? AND level = {LEVELS[0]}",
                 (_sql_int(series_id),),
             ).fetchone()
             p = self._q(
@@ -1311,6 +1336,22 @@ class SQLStore(TokensMixin, PagesMixin, Store, abc.ABC):
                     (tid,),
                 ).fetchall()
             }
+            # series whose newest chunks may be dropped: their newest minute rollup
+            rolled = {
+                int(sid): (float(t), float(v))
+                for sid, t, v in self._q(
+                    cur,
+                    "SELECT s.id, r.t_last, r.vlast FROM series s JOIN rollups r "
+                    f"ON r.series_id = s.id AND r.level = {LEVELS[-1]} AND r.t = "
+                    "(SELECT MAX(q.t) FROM rollups q WHERE q.series_id = s.id "
+                    f"AND q.level = {LEVELS[-1]}) "
+                    "WHERE s.trial_id = ? AND s.raw_from IS NOT NULL",
+                    (tid,),
+                ).fetchall()
+            }
+        for sid, tv in rolled.items():
+            if sid not in pending or tv[0] > pending[sid][0]:
+                pending[sid] = tv
         # the newest chunks to decode: at once, each one's last sample at its count's end
         todo = [
             (sid, c) for sid, c in newest.items() if sid not in pending or c[2] > pending[sid][0]

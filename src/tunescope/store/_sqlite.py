@@ -41,6 +41,7 @@ SQLITE = Dialect(
     blob_type="BLOB",
     real_type="REAL",
     greatest="MAX",
+    least="MIN",
     floor_int="CAST({x} AS INTEGER)",
     for_update="",
     now="((julianday('now') - 2440587.5) * 86400.0)",

@@ -271,12 +271,14 @@ class ServingRun:
     levels: tuple[Level, ...]
     slo: Slo
 
-    def first_missed(self, slo: Slo | None = None) -> Level | None:
-        """The lowest level that ran and misses ``slo`` (default: the run's) at p99."""
+    def first_missed(self, slo: Slo | None = None, min_requests: float = 0) -> Level | None:
+        """The lowest level that ran, sent at least ``min_requests`` requests and misses
+        ``slo`` (default: the run's) at p99."""
         use = slo if slo is not None else self.slo
         if not use.given():
             return None
-        return next((lv for lv in self.levels if lv.ran and not lv.stats.meets(use)), None)
+        judged = [lv for lv in self.levels if lv.ran and lv.stats.requests >= min_requests]
+        return next((lv for lv in judged if not lv.stats.meets(use)), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -10,6 +10,7 @@ import { fmtTick } from "./format";
 import { hooks } from "./hooks";
 import { PALETTE } from "./resource/chart";
 import { runHref } from "./route";
+import { cardAxes, cardSize, watchSize } from "./scalars";
 import { message, stateBadge, table } from "./widgets";
 
 const SLO_COLOR = "#dc2626";
@@ -58,9 +59,7 @@ class LevelChart {
 
   constructor(private readonly spec: ChartSpec, private readonly xs: number[], private readonly xLabel: string) {
     this.el = h("div", { class: "card scalar-card", "data-serving-chart": spec.id });
-    this.ro = new ResizeObserver(() => {
-      if (this.u) this.u.setSize({ width: Math.max(200, this.el.clientWidth - 32), height: 220 });
-    });
+    this.ro = watchSize(this.el, () => this.u);
   }
 
   mount(): void {
@@ -77,8 +76,7 @@ class LevelChart {
     replace(this.el, h("h3", { class: "scalar-title" }, `${s.title} (${s.unit})`), plot, legend);
     const data = [this.xs, ...lines.map((l) => l.values.map((v) => (v === null ? null : v * s.scale)))];
     this.u = new uPlot({
-      width: Math.max(200, this.el.clientWidth - 32),
-      height: 220,
+      ...cardSize(this.el),
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: false } },
@@ -86,12 +84,7 @@ class LevelChart {
         label: l.label, stroke: l.color, width: 1.5, dash: l.dash, spanGaps: true,
         points: { show: l.dash === undefined },
       }))],
-      axes: [
-        { stroke: "#5b6675", grid: { stroke: "#eef1f5" }, label: this.xLabel, labelSize: 16,
-          labelFont: "12px system-ui, sans-serif", values: (_u, splits) => splits.map((v) => fmtTick(v)) },
-        { stroke: "#5b6675", grid: { stroke: "#eef1f5" }, size: 56,
-          values: (_u, splits) => splits.map((v) => fmtTick(v)) },
-      ],
+      axes: cardAxes(this.xLabel, true),
     }, data as uPlot.AlignedData, plot);
     this.ro.observe(this.el);
   }

@@ -168,6 +168,14 @@ def test_report_json_and_text_carry_levels_and_sizing(tmp_path: Path) -> None:
     assert doc["sizing"]["figures"]["good_load_per_replica"]["trial"] == "c2"
     text = render_report(rep, "text")[0]
     assert "Serving: 3 load level(s)" in text and "replicas: 3 (extrapolated, c2)" in text
+    with open_store(str(db)) as st:
+        drawn = build_report(st, "serve", workload=parse_workload(WORKLOAD), charts=True)
+    md, pngs = render_report(drawn, "md")
+    assert len(pngs) == 4 and "```text\nServing: 3 load level(s)" in md
+    block = md.split("```text\n", 1)[1].split("\n```\n", 1)[0]
+    assert "  replicas: 3 (extrapolated, c2)" in block.splitlines()
+    page = render_report(drawn, "html")[0]
+    assert "<pre>Serving: 3 load level(s)" in page and "replicas: 3 (extrapolated, c2)" in page
     # the CLI: the same answer, and a malformed workload exits 2 before anything is written
     cli = [sys.executable, "-m", "tunescope", "report", "serve", "--store", str(db)]
     out = tmp_path / "r.json"

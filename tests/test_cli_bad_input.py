@@ -228,6 +228,37 @@ CASES: list[tuple[str, list[str], str]] = [
     ("price-negative", ["report", "r", "--price", "h100-80gb=-1", "--store", "{db}"], ">= 0"),
     ("price-inf", ["report", "r", "--price", "h100-80gb=inf", "--store", "{db}"], ">= 0"),
     ("price-unknown-gpu", ["report", "r", "--price", "nope=2", "--store", "{db}"], "unknown GPU"),
+    # --workload: malformed, or a run that is no load run
+    (
+        "workload-no-equals",
+        ["report", "r", "--workload", "context", "--store", "{db}"],
+        "KEY=VALUE",
+    ),
+    (
+        "workload-unknown-key",
+        ["report", "r", "--workload", "context=9,output=1,rate=1,gpus=2", "--store", "{db}"],
+        "unknown --workload key 'gpus'",
+    ),
+    (
+        "workload-no-load",
+        ["report", "r", "--workload", "context=4096,output=256", "--store", "{db}"],
+        "one of concurrency= or rate=",
+    ),
+    (
+        "workload-bad-time",
+        ["report", "r", "--workload", "context=9,output=1,rate=1,ttft=soon", "--store", "{db}"],
+        "--workload ttft: 'soon'",
+    ),
+    (
+        "workload-bad-memory",
+        ["report", "r", "--workload", "context=9,output=1,rate=1,memory=80XB", "--store", "{db}"],
+        "--workload memory",
+    ),
+    (
+        "workload-not-a-load-run",
+        ["report", "r", "--workload", "context=9,output=1,rate=1,ttft=1s", "--store", "{db}"],
+        "has no load levels",
+    ),
     (
         "price-duplicate",
         ["report", "r", "--price", "h100-80gb=1", "--price", "h100-80gb=2", "--store", "{db}"],

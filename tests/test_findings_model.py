@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from serving_helpers import Engine, write_load_run
 from tunescope.analyze import GPU_CATALOG, RULES, FindingSettings, findings_for_trial
 from tunescope.analyze._data import TrialData
 from tunescope.analyze._findings import FINDINGS
@@ -95,17 +96,23 @@ def _busy_trial(store: Store) -> TrialInfo:
 
 def test_each_rule_reads_only_the_settings_it_names(store: Store) -> None:
     tr = _busy_trial(store)
+    # the serving rules judge load levels: the synthetic engine's queueing level, on a GPU
+    gpu = {"gpu.dram_active": 80.0, "gpu.tensor_active": 5.0, "gpu.sm_active": 20.0}
+    level = store.get_trial(write_load_run(store, engine=Engine(gpu=gpu))[6])
+    serving = {r.key for r in FINDINGS if r.__module__.endswith("._serving_rules")}
+    assert len(serving) == 5
     s = _Recording()
     s.reads()
     found = set()
     for rule in FINDINGS:
-        fs = rule.findings(TrialData(store, tr), s, GPU_CATALOG)
+        subject = level if rule.key in serving else tr
+        fs = rule.findings(TrialData(store, subject), s, GPU_CATALOG)
         found |= {f.rule for f in fs}
         reads = s.reads()
         assert reads, rule.key  # it ran far enough to read a setting
         assert reads <= set(rule.settings), (rule.key, reads - set(rule.settings))
     # the data reached most rules' judgement, not only their first check
-    assert len(found) >= 7, found
+    assert len(found) >= 10, found
 
 
 # ---------------------------------------------------------------------- the new settings

@@ -38,6 +38,9 @@ export type ScalarPoint = Schemas["ScalarOut"];
 export type Scalars = Schemas["ScalarsOut"];
 export type Checkpoint = Schemas["CheckpointOut"];
 export type TrialMetric = Schemas["TrialMetricOut"];
+/** A load run's levels (docs/serving_analysis.md): latency percentiles, throughput, goodput. */
+export type Serving = Schemas["ServingOut"];
+export type ServingLevel = Schemas["ServingLevelOut"];
 /** Who is asking: a local viewer (every project) or a team server's token (one project). */
 export type Session = Schemas["SessionOut"];
 export type Project = Schemas["ProjectOut"];
@@ -154,6 +157,8 @@ export const api = {
     get("/api/runs/{run}", { path: { run: String(run) } }, signal),
   runFindings: (run: string | number, signal?: AbortSignal): Promise<RunFindings> =>
     get("/api/runs/{run}/findings", { path: { run: String(run) } }, signal),
+  serving: (run: string | number, signal?: AbortSignal): Promise<Serving> =>
+    get("/api/runs/{run}/serving", { path: { run: String(run) } }, signal),
   trialFindings: (trial: number, signal?: AbortSignal): Promise<Finding[]> =>
     get("/api/trials/{trial}/findings", { path: { trial } }, signal),
   trialMetrics: (trial: number, signal?: AbortSignal): Promise<TrialMetric[]> =>

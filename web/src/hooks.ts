@@ -55,6 +55,15 @@ export interface FindingsInfo {
   error: string | null;
 }
 
+export interface ServingInfo {
+  run: number;
+  /** the levels drawn, in order */
+  levels: number[];
+  /** per chart (ttft, tpot, e2el, throughput): its lines' labels and the SLO line's value
+   *  (seconds; null: no SLO line) */
+  charts: Record<string, { lines: string[]; slo: number | null }>;
+}
+
 interface Hooks {
   version: 1;
   drawCount: number;
@@ -65,6 +74,8 @@ interface Hooks {
   errors: string[];
   /** the Resource Utilization tab's findings panel */
   findings: FindingsInfo | null;
+  /** the Serving tab, once its charts drew */
+  serving: ServingInfo | null;
   /** the runs list: loads so far, and each run's finding counts (null: not computed yet) */
   runs: { loads: number; findings: Record<string, { high: number; moderate: number; low: number } | null> };
   /** resolves with the first main-chart draw after the `after`-th (complete: with markers) */
@@ -95,6 +106,7 @@ export const hooks: Hooks = {
   live: false,
   errors: [],
   findings: null,
+  serving: null,
   runs: { loads: 0, findings: {} },
   waitForDraw(after: number, complete = false): Promise<DrawInfo> {
     const last = hooks.lastDraw;

@@ -1,7 +1,7 @@
 // Hash routing: "#/" is the runs list, "#/runs/<id>/<tab>?<view>" a run page. The whole view
 // (tab, metric, trial, window, comparison list) lives in the hash, so a link reproduces it.
 
-export const TABS = ["training", "evaluation", "adapters", "resources"] as const;
+export const TABS = ["training", "evaluation", "adapters", "resources", "serving"] as const;
 export type Tab = (typeof TABS)[number];
 
 export const TAB_LABELS: Record<Tab, string> = {
@@ -9,7 +9,14 @@ export const TAB_LABELS: Record<Tab, string> = {
   evaluation: "Evaluation",
   adapters: "Adapters",
   resources: "Resource Utilization",
+  serving: "Serving",
 };
+
+/** The tabs a run shows: Serving only on a load run (a trial with `load.mode`). */
+export function runTabs(trials: { params: Record<string, unknown> }[]): Tab[] {
+  const load = trials.some((t) => t.params["load.mode"] === "concurrency" || t.params["load.mode"] === "rate");
+  return TABS.filter((t) => t !== "serving" || load);
+}
 
 export type Route =
   | { page: "runs"; project: string | null }

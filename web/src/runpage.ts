@@ -6,8 +6,9 @@ import { api, type MetricInfo, type RunDetail } from "./api";
 import { h, replace } from "./dom";
 import { fmtBytes, fmtDate, fmtDuration } from "./format";
 import { ResourceTab } from "./resource/tab";
-import { pushHash, replaceHash, runHref, type Tab, TAB_LABELS, TABS } from "./route";
+import { pushHash, replaceHash, runHref, runTabs, type Tab, TAB_LABELS } from "./route";
 import { ScalarsTab } from "./scalars";
+import { ServingTab } from "./serving";
 import { message, stateBadge } from "./widgets";
 
 interface TabView {
@@ -80,8 +81,12 @@ export class RunPage {
       h("span", { "aria-current": "page" }, r.name));
   }
 
+  private tabs(): Tab[] {
+    return runTabs(this.run?.trials ?? []);
+  }
+
   private renderTabs(active: Tab = this.tab): void {
-    replace(this.tabBar, TABS.map((t) => {
+    replace(this.tabBar, this.tabs().map((t) => {
       const selected = t === active;
       return h("button", {
         type: "button", role: "tab", id: `tab-${t}`, "aria-selected": String(selected),
@@ -93,14 +98,15 @@ export class RunPage {
   }
 
   private tabKey(ev: KeyboardEvent, t: Tab): void {
-    const i = TABS.indexOf(t);
-    const to = ev.key === "ArrowRight" ? (i + 1) % TABS.length
-      : ev.key === "ArrowLeft" ? (i + TABS.length - 1) % TABS.length
-        : ev.key === "Home" ? 0 : ev.key === "End" ? TABS.length - 1 : -1;
+    const tabs = this.tabs();
+    const i = tabs.indexOf(t);
+    const to = ev.key === "ArrowRight" ? (i + 1) % tabs.length
+      : ev.key === "ArrowLeft" ? (i + tabs.length - 1) % tabs.length
+        : ev.key === "Home" ? 0 : ev.key === "End" ? tabs.length - 1 : -1;
     if (to < 0) return;
     ev.preventDefault();
-    this.choose(TABS[to]);
-    document.getElementById(`tab-${TABS[to]}`)?.focus();
+    this.choose(tabs[to]);
+    document.getElementById(`tab-${tabs[to]}`)?.focus();
   }
 
   private choose(t: Tab): void {
@@ -124,6 +130,8 @@ export class RunPage {
       }, q);
     } else if (t === "adapters") {
       view = new AdaptersTab(run);
+    } else if (t === "serving") {
+      view = new ServingTab(run);
     } else {
       view = new ScalarsTab(run, t);
     }

@@ -26,6 +26,27 @@ function paramsText(params: Record<string, unknown>): string {
     .join(", ") || "—";
 }
 
+/** A card chart's size: the card's width less its padding, 220 px high. */
+export function cardSize(el: HTMLElement): { width: number; height: number } {
+  return { width: Math.max(200, el.clientWidth - 32), height: 220 };
+}
+
+/** Resizes a card's chart (once drawn) with the card. */
+export function watchSize(el: HTMLElement, chart: () => uPlot | null): ResizeObserver {
+  return new ResizeObserver(() => chart()?.setSize(cardSize(el)));
+}
+
+/** A card chart's axes: x labelled `xLabel` (its ticks compact too with `xTicks`), y with
+ *  compact ticks. */
+export function cardAxes(xLabel: string, xTicks = false): uPlot.Axis[] {
+  const compact = (_u: uPlot, splits: number[]) => splits.map((v) => fmtTick(v));
+  return [
+    { stroke: "#5b6675", grid: { stroke: "#eef1f5" }, label: xLabel, labelSize: 16,
+      labelFont: "12px system-ui, sans-serif", ...(xTicks ? { values: compact } : {}) },
+    { stroke: "#5b6675", grid: { stroke: "#eef1f5" }, size: 56, values: compact },
+  ];
+}
+
 class ScalarChart {
   readonly el: HTMLElement;
   private u: uPlot | null = null;
@@ -34,9 +55,7 @@ class ScalarChart {
   constructor(private readonly name: string, private readonly run: RunDetail,
               private readonly byTrial: ScalarPoint[][]) {
     this.el = h("div", { class: "card scalar-card", "data-scalar": name });
-    this.ro = new ResizeObserver(() => {
-      if (this.u) this.u.setSize({ width: Math.max(200, this.el.clientWidth - 32), height: 220 });
-    });
+    this.ro = watchSize(this.el, () => this.u);
   }
 
   mount(): void {
@@ -57,19 +76,13 @@ class ScalarChart {
     replace(this.el, h("h3", { class: "scalar-title" }, this.name), plot, legend);
     const data = tables.length === 1 ? tables[0] : uPlot.join(tables);
     this.u = new uPlot({
-      width: Math.max(200, this.el.clientWidth - 32),
-      height: 220,
+      ...cardSize(this.el),
       legend: { show: false },
       cursor: { sync: { key: "tunescope-step" }, drag: { x: true, y: false } },
       scales: { x: { time: false } },
       hooks: { draw: [() => recordScalarsDrawn()] },
       series: [{}, ...labels.map((l) => ({ label: l.name, stroke: l.color, width: 1.5, spanGaps: true }))],
-      axes: [
-        { stroke: "#5b6675", grid: { stroke: "#eef1f5" }, label: "step", labelSize: 16,
-          labelFont: "12px system-ui, sans-serif" },
-        { stroke: "#5b6675", grid: { stroke: "#eef1f5" }, size: 56,
-          values: (_u, splits) => splits.map((v) => fmtTick(v)) },
-      ],
+      axes: cardAxes("step"),
     }, data, plot);
     this.ro.observe(this.el);
   }

@@ -1,7 +1,7 @@
 // route.ts: the hash routes of the page and the links that make them.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { parseRoute, runHref, runsHref, TABS } from "../src/route";
+import { parseRoute, runHref, runsHref, runTabs, TABS } from "../src/route";
 
 test("the runs list, of every project or of one", () => {
   assert.deepEqual(parseRoute(""), { page: "runs", project: null });
@@ -46,4 +46,12 @@ test("anything else is missing, and a bad escape is kept as typed", () => {
   assert.deepEqual(parseRoute("#/trials/3"), { page: "missing", path: "/trials/3" });
   const r = parseRoute("#/runs/50%zz");
   assert.ok(r.page === "run" && r.run === "50%zz");
+});
+
+test("the Serving tab shows on load runs only", () => {
+  const train = [{ params: { lr: 0.1 } }];
+  const load = [{ params: { command: "llama-server" } }, { params: { "load.mode": "concurrency" } }];
+  assert.deepEqual(runTabs(train), ["training", "evaluation", "adapters", "resources"]);
+  assert.deepEqual(runTabs(load), [...TABS]);
+  assert.ok(!runTabs([{ params: { "load.mode": "bogus" } }]).includes("serving"));
 });

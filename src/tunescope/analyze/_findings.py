@@ -21,6 +21,13 @@ from tunescope.analyze._pack import PackTrials
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType, RightSize
 from tunescope.analyze._rule import Rule
 from tunescope.analyze._rules import CpuBound, EvalMemorySpike, InputBound, MemoryGrowth, NearOomCpu
+from tunescope.analyze._serving_rules import (
+    DecodeBandwidthBound,
+    KvCacheBound,
+    LatencyTargetMissed,
+    OverProvisioned,
+    Queueing,
+)
 from tunescope.analyze._settings import FindingSettings
 from tunescope.store import Store, TrialInfo
 
@@ -40,6 +47,11 @@ FINDINGS: tuple[Rule[Any], ...] = (
     EvalMemorySpike(),
     RightSize(),
     PackTrials(),
+    LatencyTargetMissed(),
+    KvCacheBound(),
+    Queueing(),
+    DecodeBandwidthBound(),
+    OverProvisioned(),
 )
 """Every rule, in the order findings are listed at equal severity."""
 

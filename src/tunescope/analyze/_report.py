@@ -23,7 +23,9 @@ from tunescope.analyze._report_md import image_names, markdown
 from tunescope.analyze._report_model import REPORT_FORMATS, Report, TrialReport
 from tunescope.analyze._report_text import text
 from tunescope.analyze._rightsize import GPU_CATALOG, GpuType
+from tunescope.analyze._serving import serving_run
 from tunescope.analyze._settings import EffectiveSettings, FindingSettings
+from tunescope.analyze._sizing import Workload, size_workload
 from tunescope.analyze._summary import sampler_gaps, summarize_trial
 from tunescope.errors import ConfigError
 from tunescope.store import Store, run_and_trials
@@ -64,11 +66,13 @@ def build_report(
     settings: FindingSettings | EffectiveSettings | None = None,
     catalog: tuple[GpuType, ...] = GPU_CATALOG,
     charts: bool = False,
+    workload: Workload | None = None,
 ) -> Report:
     """Read a run's report: every trial (or the one called ``trial``) with its peaks, means,
     event counts and findings, and with ``charts`` the series to draw. NotFound for an
     unknown run or trial. ``settings``: the findings' thresholds (default: the defaults;
-    ``tunescope report`` passes :func:`load_settings`'s)."""
+    ``tunescope report`` passes :func:`load_settings`'s). A load run's report holds its
+    levels; ``workload``: size it too (ConfigError when the run is not a load run)."""
     effective = EffectiveSettings.of(settings)
     info, trials = run_and_trials(store, run, trial)
     out = []
@@ -88,7 +92,16 @@ def build_report(
                 trial_objective(store, t),
             )
         )
-    return Report(info, store.url, out, settings=effective)
+    serving = serving_run(store, info.id)
+    sizing = None
+    if workload is not None:
+        if serving is None:
+            raise ConfigError(
+                f"run {info.name!r} has no load levels: --workload sizes a run made by "
+                "tunescope load"
+            )
+        sizing = size_workload(store, serving, workload, effective.settings, catalog)
+    return Report(info, store.url, out, settings=effective, serving=serving, sizing=sizing)
 
 
 def render_report(

@@ -10,6 +10,7 @@ from tunescope.analyze._report_text import (
     LEGEND,
     changed_settings,
     metric_rows,
+    serving_lines,
     span,
     trial_sentence,
 )
@@ -40,6 +41,9 @@ def html_document(report: Report, pngs: list[bytes]) -> str:
     changed = changed_settings(report)
     if changed:
         out.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in changed) + "</ul>")
+    serving = serving_lines(report)
+    if serving:
+        out.append(f"<pre>{e(chr(10).join(serving[:-1]))}</pre>")
     for t, png in zip(report.trials, pngs, strict=True):
         out.append(f"<h2>Trial <code>{e(t.trial.name)}</code></h2>")
         out.append(f"<p>{e(trial_sentence(t, origin))}</p>")

@@ -59,4 +59,6 @@ def report_dict(report: Report) -> dict[str, Any]:
             for t in report.trials
         ],
         "settings": report.settings.to_dict(),
+        "serving": None if report.serving is None else jsonable(report.serving.to_dict()),
+        "sizing": None if report.sizing is None else jsonable(report.sizing.to_dict()),
     }

@@ -17,6 +17,7 @@ from tunescope.analyze._report_text import (
     LEGEND,
     changed_settings,
     metric_rows,
+    serving_lines,
     span,
     trial_sentence,
 )
@@ -75,6 +76,11 @@ def markdown(report: Report, images: list[str]) -> str:
     changed = changed_settings(report)
     if changed:
         out += [f"- {_cell(line)}" for line in changed] + [""]
+    serving = serving_lines(report)
+    if serving:  # a fenced block, longer than any run of backticks in it
+        longest = max((len(m) for m in re.findall(r"`+", "\n".join(serving))), default=0)
+        fence = "`" * max(3, longest + 1)
+        out += [f"{fence}text", *serving[:-1], fence, ""]
     out += [
         "| trial | state | duration | objective | findings |",
         "| --- | --- | --- | --- | --- |",

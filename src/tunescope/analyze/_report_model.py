@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from tunescope.analyze._charts import TrialChart
 from tunescope.analyze._finding import Finding
 from tunescope.analyze._objective import Objective
+from tunescope.analyze._serving import ServingRun
 from tunescope.analyze._settings import EffectiveSettings
+from tunescope.analyze._sizing import Sizing
 from tunescope.analyze._summary import TrialSummary
 from tunescope.store import RunInfo
 
@@ -41,3 +43,7 @@ class Report:
     generated: float = field(default_factory=time.time)
     settings: EffectiveSettings = field(default_factory=EffectiveSettings)
     """The finding settings the report used, each with where its value came from."""
+    serving: ServingRun | None = None
+    """A load run's levels (None for other runs)."""
+    sizing: Sizing | None = None
+    """The answer for the workload asked (``--workload``), None when none was."""

@@ -16,6 +16,7 @@ __all__ = [
     "counts",
     "metric_rows",
     "params",
+    "serving_lines",
     "span",
     "text",
     "trial_sentence",
@@ -76,6 +77,51 @@ def changed_settings(report: Report) -> list[str]:
     ]
 
 
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.0f}"
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def serving_lines(report: Report) -> list[str]:
+    """A load run's levels as a table (latencies in ms, throughput per second) and the
+    sizing answer; nothing for other runs."""
+    sr = report.serving
+    if sr is None:
+        return []
+    slo = ", ".join(f"{k[:-2]} {v * 1000:.0f} ms" for k, v in sr.slo.to_dict().items() if v)
+    lines = [f"Serving: {len(sr.levels)} load level(s); SLO: {slo or 'none'}"]
+    head = ("level", "trial", "ok/err", "TTFT p50/p99", "TPOT p50/p99", "E2EL p99", "req/s",
+            "tok/s", "goodput")  # fmt: skip
+    rows = [head]
+    for lv in sr.levels:
+        st = lv.stats
+        rows.append(
+            (
+                f"{lv.mode[0]}{lv.level:g}",
+                printable(lv.trial.name) + ("" if lv.ran else f" [{lv.trial.state}]"),
+                f"{st.ok}/{st.errors}",
+                f"{_ms(st.ttft.p50)}/{_ms(st.ttft.p99)} ms",
+                f"{_ms(st.tpot.p50)}/{_ms(st.tpot.p99)} ms",
+                f"{_ms(st.e2el.p99)} ms",
+                _rate(st.request_throughput),
+                _rate(st.output_throughput),
+                _rate(st.goodput),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    if report.sizing is not None:
+        w = report.sizing.workload
+        lines.append(
+            f"Sizing for {w.mode} {w.load:g}, context {w.context}, output {w.output} tokens:"
+        )
+        lines += [f"  {printable(f.text())}" for f in report.sizing.figures]
+    return [*lines, ""]
+
+
 def text(report: Report) -> str:
     """The report as plain text for a terminal (every name people typed :func:`printable`)."""
     r = report.run
@@ -86,6 +132,7 @@ def text(report: Report) -> str:
         "times: elapsed since the run began",
         *changed_settings(report),
         "",
+        *serving_lines(report),
     ]
     for t in report.trials:
         lines.append(

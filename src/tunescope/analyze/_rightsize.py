@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 
+GB = 1e9
+"""A gigabyte (memory bandwidths are given in GB/s)."""
+
 MIG_COMPUTE_SLICES = 7
 """A MIG-capable GPU's compute is cut into 7 slices (a ``g`` profile has g of them) and its
 memory into 8 (an ``m`` profile has m of them): NVIDIA Multi-Instance GPU User Guide,
@@ -66,13 +69,15 @@ class MigProfile:
 @dataclass(frozen=True)
 class GpuType:
     """One GPU model: ``key`` to name it (``h100-80gb``), its label, memory in bytes (as NVML
-    reports it), price in USD per GPU-hour and MIG profiles (empty: no MIG)."""
+    reports it), price in USD per GPU-hour, MIG profiles (empty: no MIG) and peak memory
+    bandwidth in bytes per second (NVIDIA's datasheet; None: not known)."""
 
     key: str
     label: str
     memory: float
     price: float
     mig: tuple[MigProfile, ...] = ()
+    bandwidth: float | None = None
 
 
 def _mig(*profiles: tuple[str, int, int]) -> tuple[MigProfile, ...]:
@@ -111,17 +116,18 @@ _B200 = _mig(
 )
 
 GPU_CATALOG: tuple[GpuType, ...] = (
-    GpuType("t4", "NVIDIA T4 16GB", 15360 * MIB, 0.35),
-    GpuType("l4", "NVIDIA L4 24GB", 23034 * MIB, 0.80),
-    GpuType("a10g", "NVIDIA A10G 24GB", 23028 * MIB, 1.00),
-    GpuType("l40s", "NVIDIA L40S 48GB", 46068 * MIB, 1.90),
-    GpuType("a100-40gb", "NVIDIA A100 40GB", 40960 * MIB, 3.00, _A100_40),
-    GpuType("a100-80gb", "NVIDIA A100 80GB", 81920 * MIB, 4.00, _A100_80),
-    GpuType("h100-80gb", "NVIDIA H100 80GB", 81559 * MIB, 7.00, _H100),
-    GpuType("h200", "NVIDIA H200 141GB", 143771 * MIB, 8.50, _H200),
-    GpuType("b200", "NVIDIA B200 180GB", 183359 * MIB, 11.00, _B200),
+    GpuType("t4", "NVIDIA T4 16GB", 15360 * MIB, 0.35, bandwidth=320 * GB),
+    GpuType("l4", "NVIDIA L4 24GB", 23034 * MIB, 0.80, bandwidth=300 * GB),
+    GpuType("a10g", "NVIDIA A10G 24GB", 23028 * MIB, 1.00, bandwidth=600 * GB),
+    GpuType("l40s", "NVIDIA L40S 48GB", 46068 * MIB, 1.90, bandwidth=864 * GB),
+    GpuType("a100-40gb", "NVIDIA A100 40GB", 40960 * MIB, 3.00, _A100_40, 1555 * GB),
+    GpuType("a100-80gb", "NVIDIA A100 80GB", 81920 * MIB, 4.00, _A100_80, 2039 * GB),
+    GpuType("h100-80gb", "NVIDIA H100 80GB", 81559 * MIB, 7.00, _H100, 3350 * GB),
+    GpuType("h200", "NVIDIA H200 141GB", 143771 * MIB, 8.50, _H200, 4800 * GB),
+    GpuType("b200", "NVIDIA B200 180GB", 183359 * MIB, 11.00, _B200, 8000 * GB),
 )
-"""The default catalog; prices in USD per GPU-hour (see the module doc)."""
+"""The default catalog; prices in USD per GPU-hour (see the module doc); bandwidths from
+NVIDIA's datasheets (SXM parts for A100, H100, H200 and B200)."""
 
 ADVICE_MIG = (
     "MIG slices share one GPU between jobs: ask your cluster for a MIG profile (e.g. the "
@@ -408,6 +414,7 @@ def describe_catalog(catalog: tuple[GpuType, ...] = GPU_CATALOG) -> list[dict[st
             "memory_gib": round(g.memory / GIB, 1),
             "price_per_hour": g.price,
             "mig": [p.name for p in g.mig],
+            "bandwidth_gb_s": None if g.bandwidth is None else round(g.bandwidth / GB),
         }
         for g in catalog
     ]

@@ -84,6 +84,10 @@ TORCH_RETRIES = (
     "retried; any retry means the device was full"
 )
 OURS = "tunescope default"
+VLLM_GOODPUT = (
+    "vllm bench serve --goodput (a request is good when each of its TTFT, TPOT and E2EL "
+    "meets its target); the 99th percentile as in its reports"
+)
 
 
 class Setting:
@@ -390,6 +394,78 @@ class FindingSettings:
         "Smallest difference, in percentage points, between the straggler's mean and the "
         "others' median (nodes that all idle differ by noise alone).",
         f"{OURS}, the idle-GPU threshold (idle_gpu_util_pct)",
+    )
+    # --- serving (load runs)
+    serve_min_requests: Setting = Setting(
+        10,
+        "requests",
+        "Fewest requests a load level must have sent before its latency percentiles are "
+        "judged against the SLO.",
+        f"{OURS}: the 99th percentile of fewer than 10 requests is their maximum",
+    )
+    serve_busy_pct: Setting = Setting(
+        80.0,
+        "%",
+        "Mean compute activity of the engine while requests wait (SM activity, else GPU "
+        "utilization, else the engine's CPU utilization) under which its compute counts as "
+        "not busy: the requests wait for a slot, not for compute.",
+        f"{OURS}, the busy threshold of busy_not_working (busy_util_pct)",
+    )
+    serve_waiting_share_pct: Setting = Setting(
+        10.0,
+        "%",
+        "Share of a level's engine samples with requests waiting (serve.waiting > 0, or "
+        "serve.requests_deferred rising) at or above which the level queues.",
+        f"{OURS}: a tenth of the level, more than the odd burst of a closed loop",
+    )
+    serve_kv_high_pct: Setting = Setting(
+        90.0,
+        "%",
+        "Peak KV-cache use (serve.kv_use) at or above which a level is KV-cache bound.",
+        f"{OURS} (the issue); vLLM preempts requests when its KV cache is full "
+        "(gpu_memory_utilization 0.9 leaves the rest for activations)",
+    )
+    serve_dram_high_pct: Setting = Setting(
+        50.0,
+        "%",
+        "Mean DRAM activity (gpu.dram_active) of the engine's GPU during a level at or above "
+        "which decoding counts as memory-bandwidth heavy.",
+        f"{OURS}, the under-used threshold of SM activity ({DCGM_SM}) read for memory",
+    )
+    serve_tensor_low_pct: Setting = Setting(
+        20.0,
+        "%",
+        "Mean tensor-core activity (gpu.tensor_active) under which a bandwidth-heavy level "
+        "is decode memory-bandwidth bound (the math units wait on memory).",
+        f"{OURS} (the issue: tensor activity low while DRAM activity is high)",
+    )
+    serve_bw_near_pct: Setting = Setting(
+        70.0,
+        "%",
+        "The bandwidth bound of TPOT (the model's weights read once per decode step at the "
+        "GPU's datasheet bandwidth) as a share of the median TPOT measured, at or above which "
+        "TPOT is near what the GPU's bandwidth allows.",
+        f"{OURS}: decode kernels rarely reach more than 70-80% of datasheet bandwidth",
+    )
+    serve_slo_margin_pct: Setting = Setting(
+        50.0,
+        "%",
+        "p99 TTFT and TPOT at the top level, as a share of their targets, at or under which "
+        "the SLO is met with margin (over-provisioned).",
+        f"{OURS}; goodput as {VLLM_GOODPUT}",
+    )
+    serve_overprov_sm_pct: Setting = Setting(
+        30.0,
+        "%",
+        "Mean SM activity (else GPU utilization) of the engine at the top level under which "
+        "its GPU is over-provisioned.",
+        f"{OURS} (the issue); compare {DCGM_SM}",
+    )
+    serve_overprov_kv_pct: Setting = Setting(
+        50.0,
+        "%",
+        "Peak KV-cache use at the top level under which the engine's memory is over-provisioned.",
+        f"{OURS} (the issue)",
     )
     # --- data sufficiency
     min_samples: Setting = Setting(

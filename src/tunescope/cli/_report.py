@@ -76,6 +76,16 @@ def report(
             show_default=False,
         ),
     ] = None,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            "--workload",
+            help="Size a load run for this traffic: KEY=VALUE pairs, e.g. "
+            '"context=4096,output=256,concurrency=64,ttft=500ms,tpot=50ms,memory=80GiB,'
+            'power=700W" (rate= instead of concurrency=; docs/serving_analysis.md).',
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
 ) -> None:
     """Report a run's findings with per-trial peaks, means and objective values.
@@ -86,7 +96,9 @@ def report(
     ready to paste into a pull request. Stored samples the store cannot decode (a damaged
     database) are skipped, with a warning per series on stderr. Thresholds come from
     [tool.tunescope.findings] in pyproject.toml, [findings] in tunescope.toml and
-    TUNESCOPE_<SETTING> variables (docs/findings.md#settings). Exit code: 0, or 1 with
+    TUNESCOPE_<SETTING> variables (docs/findings.md#settings). A load run's report lists
+    its levels (latency percentiles, throughput, goodput); --workload adds replicas, memory,
+    GPU and cost for a traffic, each figure measured or extrapolated. Exit code: 0, or 1 with
     --fail-on when a finding at or above that severity exists (said on stderr)."""
     from tunescope.analyze import (
         REPORT_FORMATS,
@@ -94,6 +106,7 @@ def report(
         build_report,
         gpu_catalog,
         load_settings,
+        parse_workload,
         render_report,
         require_charts,
     )
@@ -106,6 +119,7 @@ def report(
     dest = check.out_dest(out, store)
     if out_format == "md" and dest is None:  # its PNG charts are files: they need a folder
         raise ConfigError("--format md needs --out PATH, a file: its charts are written next to it")
+    wanted = None if workload is None else parse_workload(workload)
     catalog = gpu_catalog(parse_prices(price or []))
     settings = load_settings()  # pyproject.toml, tunescope.toml, $TUNESCOPE_<SETTING>
     charts = out_format in ("md", "html")
@@ -119,6 +133,7 @@ def report(
             settings=settings,
             catalog=catalog,
             charts=charts,
+            workload=wanted,
         )
         warnings = damage_warnings(st)
     stem = dest.stem if dest is not None else "report"

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from tunescope.analyze import trial_end
+from tunescope.analyze import jsonable, serving_run, trial_end
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
 from tunescope.server._errors import ApiError, invalid, not_found
@@ -46,6 +46,7 @@ from tunescope.server._schema import (
     RunFindingsOut,
     RunOut,
     ScalarsOut,
+    ServingOut,
     TrialDetailOut,
     TrialMetricOut,
     TrialOut,
@@ -217,6 +218,20 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         counts = finding_counts(found)
         assert counts is not None
         return _json(run_findings_json(found, counts))
+
+    @router.get(
+        "/runs/{run}/serving",
+        response_model=ServingOut,
+        responses=_ERRORS,
+        summary="A load run's levels: latency percentiles, throughput and goodput",
+    )
+    def run_serving(request: Request, run: RunRef) -> Response:
+        r = resolve_run(store, run, principal_of(request))
+        sr = serving_run(store, r.id)
+        if sr is None:
+            empty = {"ttft_s": None, "tpot_s": None, "e2el_s": None}
+            return _json({"run": {"id": r.id, "name": r.name}, "slo": empty, "levels": []})
+        return _json(jsonable(sr.to_dict()))
 
     @router.get(
         "/runs/{run}/trials",

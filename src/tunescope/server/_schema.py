@@ -36,6 +36,8 @@ __all__ = [
     "ScalarOut",
     "ScalarsOut",
     "SeriesOut",
+    "ServingLevelOut",
+    "ServingOut",
     "SessionOut",
     "TrialDetailOut",
     "TrialMetricOut",
@@ -297,3 +299,71 @@ class CheckpointOut(BaseModel):
     step: int | None
     path: str | None
     bytes: int | None
+
+
+class RunRefOut(BaseModel):
+    """A run by id and name."""
+
+    id: int
+    name: str
+
+
+class SloOut(BaseModel):
+    """A latency target, seconds; null where not set."""
+
+    ttft_s: float | None = Field(description="time to first token")
+    tpot_s: float | None = Field(description="time per output token after the first")
+    e2el_s: float | None = Field(description="end-to-end latency")
+
+
+class DistOut(BaseModel):
+    """Mean and percentiles of one latency over a level, seconds (null without values)."""
+
+    n: int = Field(description="how many values")
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class LevelStatsOut(BaseModel):
+    """One load level's figures, as `vllm bench serve` defines them (docs/serving_analysis.md)."""
+
+    requests: int
+    ok: int
+    errors: int
+    duration_s: float | None = Field(description="first request sent to last request done")
+    ttft: DistOut
+    tpot: DistOut
+    itl: DistOut
+    e2el: DistOut
+    prompt_tokens: int
+    completion_tokens: int
+    request_throughput: float | None = Field(description="successful requests per second")
+    output_throughput: float | None = Field(description="output tokens per second")
+    total_token_throughput: float | None = Field(description="prompt and output tokens/s")
+    good: int | None = Field(description="requests meeting every SLO target; null without one")
+    goodput: float | None = Field(description="good requests per second; null without an SLO")
+
+
+class ServingLevelOut(BaseModel):
+    """One load level: its trial and figures."""
+
+    trial_id: int
+    trial: str = Field(description="the trial's name, e.g. c6")
+    state: Literal["running", "completed", "failed", "lost", "pruned"]
+    error: str | None = Field(description="why a failed level did not run")
+    mode: Literal["concurrency", "rate"]
+    level: float | None = Field(description="concurrency, or requests per second")
+    start: float
+    end: float | None
+    slo: SloOut = Field(description="the SLO the level was run with")
+    stats: LevelStatsOut
+
+
+class ServingOut(BaseModel):
+    """A load run's levels, sorted by mode then level (empty for other runs)."""
+
+    run: RunRefOut
+    slo: SloOut = Field(description="the run's SLO (its first level's that has one)")
+    levels: list[ServingLevelOut]

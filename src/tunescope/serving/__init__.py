@@ -1,0 +1,67 @@
+"""Serving endpoints as trials: the load generator (``tunescope load``), engine metrics in
+one vocabulary (``serve.*``) and importers of other load testers' results.
+
+See docs/serving.md. Imports only the standard library, ``metrics`` and ``store``.
+"""
+
+from tunescope.serving._engines import (
+    ENGINES,
+    SERVE_KEYS,
+    Exposition,
+    Gauge,
+    HistMean,
+    Ratio,
+    Scrape,
+    detect,
+    parse_exposition,
+    parse_slots,
+)
+from tunescope.serving._http import Origin
+from tunescope.serving._load import (
+    MAX_IN_FLIGHT,
+    EngineInfo,
+    LevelResult,
+    LoadConfig,
+    LoadError,
+    RequestResult,
+    probe,
+    run_sweep,
+    trial_name,
+)
+from tunescope.serving._spec import (
+    Prompt,
+    TokenSpec,
+    parse_duration,
+    parse_levels,
+    parse_slo,
+    read_prompts,
+)
+
+__all__ = [
+    "ENGINES",
+    "MAX_IN_FLIGHT",
+    "SERVE_KEYS",
+    "EngineInfo",
+    "Exposition",
+    "Gauge",
+    "HistMean",
+    "LevelResult",
+    "LoadConfig",
+    "LoadError",
+    "Origin",
+    "Prompt",
+    "Ratio",
+    "RequestResult",
+    "Scrape",
+    "TokenSpec",
+    "detect",
+    "parse_duration",
+    "parse_exposition",
+    "parse_levels",
+    "parse_slo",
+    "parse_slots",
+    "probe",
+    "read_prompts",
+    "run_sweep",
+    "trial_name",
+]

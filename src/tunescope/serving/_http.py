@@ -1,0 +1,270 @@
+"""A small HTTP/1.1 client on asyncio streams, for the load generator.
+
+Why not httpx or aiohttp: the load generator's own cost is part of what it measures (its CPU
+per 100 requests/s and its TTFT error, ``make bench``), and a token's arrival must be stamped
+when its bytes arrive, not after layers of buffering. This client does what the sweep needs
+and no more: one keep-alive connection per worker, ``Content-Length``, chunked and
+read-until-close bodies, plain HTTP or TLS. Every read has a deadline (the caller's
+per-request timeout). It speaks only to the origin it was made for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+__all__ = ["Connection", "Origin", "Response", "TransportError", "get"]
+
+MAX_HEADER_BYTES = 64 * 1024
+"""The longest response head taken."""
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""The longest non-streamed body read whole (a /metrics page, a model list)."""
+
+
+class TransportError(Exception):
+    """The server could not be reached, or broke the connection or the protocol."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where requests go: scheme, host and port of a base URL, and its path prefix."""
+
+    scheme: str
+    host: str
+    port: int
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        """ValueError names what is wrong with ``url``."""
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        if not parts.hostname:
+            raise ValueError(f"{url!r} has no host")
+        if parts.query or parts.fragment:
+            raise ValueError(f"{url!r}: give the server's base URL, without ? or #")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise ValueError(f"{url!r} has a bad port") from None
+        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+    @property
+    def base(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        port = "" if self.port == default else f":{self.port}"
+        return f"{self.scheme}://{host}{port}{self.prefix}"
+
+    def path(self, p: str) -> str:
+        """``p`` under the base URL's path (``/v1`` already in the base is not repeated)."""
+        if self.prefix.endswith("/v1") and p.startswith("/v1/"):
+            return self.prefix + p[3:]
+        return self.prefix + p
+
+
+@dataclass
+class Response:
+    """A response whose body is still to be read: :meth:`chunks` or :meth:`read`."""
+
+    status: int
+    headers: dict[str, str]
+    _conn: Connection
+    _deadline: float
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive (chunked encoding removed)."""
+        c = self._conn
+        te = self.headers.get("transfer-encoding", "").lower()
+        if "chunked" in te:
+            while True:
+                line = await c._readline(self._deadline)
+                try:
+                    size = int(line.split(b";", 1)[0].strip() or b"x", 16)
+                except ValueError:
+                    raise TransportError("malformed chunked body") from None
+                if size == 0:
+                    while (await c._readline(self._deadline)).strip():
+                        pass  # trailers
+                    break
+                data = await c._readexactly(size + 2, self._deadline)
+                yield data[:-2]
+        elif "content-length" in self.headers:
+            try:
+                left = int(self.headers["content-length"])
+            except ValueError:
+                raise TransportError("malformed Content-Length") from None
+            while left > 0:
+                data = await c._read(min(left, 65536), self._deadline)
+                if not data:
+                    raise TransportError("connection closed mid-body")
+                left -= len(data)
+                yield data
+        else:
+            c.keep = False
+            while True:
+                data = await c._read(65536, self._deadline)
+                if not data:
+                    break
+                yield data
+        if self.headers.get("connection", "").lower() == "close":
+            c.keep = False
+        c.busy = False
+
+    async def read(self, limit: int = MAX_BODY_BYTES) -> bytes:
+        out = bytearray()
+        async for data in self.chunks():
+            out += data
+            if len(out) > limit:
+                self._conn.close()
+                raise TransportError(f"body longer than {limit} bytes")
+        return bytes(out)
+
+
+class Connection:
+    """One keep-alive connection to ``origin``, opened on first use and again after the
+    server closed it. One request at a time."""
+
+    def __init__(self, origin: Origin, ssl_context: ssl.SSLContext | None = None):
+        self.origin = origin
+        self.ssl = ssl_context
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.keep = False
+        self.busy = False
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+        self.keep = False
+        self.busy = False
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        deadline: float,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        """Send the request and read the response's head; ``deadline`` (monotonic time)
+        bounds every read of it and of its body."""
+        if self.busy or not self.keep:
+            self.close()
+        fresh = self.writer is None
+        if fresh:
+            await self._open(deadline)
+        head = [f"{method} {path} HTTP/1.1", f"Host: {self.origin.host}:{self.origin.port}"]
+        head += ["Accept: */*", "Connection: keep-alive"]
+        if body is not None:
+            head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        for k, v in (headers or {}).items():
+            head.append(f"{k}: {v}")
+        raw = ("\r\n".join(head) + "\r\n\r\n").encode() + (body or b"")
+        try:
+            assert self.writer is not None
+            self.writer.write(raw)
+            self.busy = True
+            status_line = await self._readline(deadline)
+            if not status_line and not fresh:  # a kept connection the server had closed
+                self.close()
+                return await self.request(method, path, body, deadline, headers)
+        except (ConnectionError, OSError) as exc:
+            self.close()
+            if not fresh:
+                return await self.request(method, path, body, deadline, headers)
+            raise TransportError(f"connection failed: {exc}") from None
+        parts = status_line.decode("latin-1").split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            self.close()
+            raise TransportError(f"not an HTTP response: {status_line[:60]!r}")
+        hdrs: dict[str, str] = {}
+        size = 0
+        while True:
+            line = await self._readline(deadline)
+            size += len(line)
+            if size > MAX_HEADER_BYTES:
+                self.close()
+                raise TransportError("response head too long")
+            if not line.strip():
+                break
+            k, _, v = line.decode("latin-1").partition(":")
+            hdrs[k.strip().lower()] = v.strip()
+        self.keep = True
+        return Response(int(parts[1]), hdrs, self, deadline)
+
+    async def _open(self, deadline: float) -> None:
+        ctx = self.ssl
+        if self.origin.scheme == "https" and ctx is None:
+            ctx = ssl.create_default_context()
+        try:
+            self.reader, self.writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    self.origin.host,
+                    self.origin.port,
+                    ssl=ctx if self.origin.scheme == "https" else None,
+                    limit=MAX_HEADER_BYTES,
+                ),
+                _left(deadline),
+            )
+        except asyncio.TimeoutError:
+            raise TransportError("connection timed out") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise TransportError(f"cannot connect to {self.origin.base}: {exc}") from None
+
+    async def _readline(self, deadline: float) -> bytes:
+        assert self.reader is not None
+        try:
+            return await asyncio.wait_for(self.reader.readline(), _left(deadline))
+        except asyncio.TimeoutError:
+            self.close()
+            raise
+        except (ValueError, asyncio.LimitOverrunError):
+            self.close()
+            raise TransportError("line too long") from None
+        except (ConnectionError, OSError) as exc:
+            self.close()
+            raise TransportError(f"connection broken: {exc}") from None
+
+    async def _read(self, n: int, deadline: float) -> bytes:
+        assert self.reader is not None
+        try:
+            return await asyncio.wait_for(self.reader.read(n), _left(deadline))
+        except asyncio.TimeoutError:
+            self.close()
+            raise
+        except (ConnectionError, OSError) as exc:
+            self.close()
+            raise TransportError(f"connection broken: {exc}") from None
+
+    async def _readexactly(self, n: int, deadline: float) -> bytes:
+        assert self.reader is not None
+        try:
+            return await asyncio.wait_for(self.reader.readexactly(n), _left(deadline))
+        except asyncio.TimeoutError:
+            self.close()
+            raise
+        except asyncio.IncompleteReadError:
+            self.close()
+            raise TransportError("connection closed mid-chunk") from None
+        except (ConnectionError, OSError) as exc:
+            self.close()
+            raise TransportError(f"connection broken: {exc}") from None
+
+
+def _left(deadline: float) -> float:
+    return max(0.001, deadline - time.monotonic())
+
+
+async def get(conn: Connection, path: str, timeout: float) -> tuple[int, bytes]:
+    """GET ``path`` on the connection's origin: (status, body). TransportError or
+    asyncio.TimeoutError when it could not be had within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    resp = await conn.request("GET", path, None, deadline)
+    return resp.status, await resp.read()

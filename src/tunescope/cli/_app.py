@@ -172,9 +172,7 @@ def load(
     ] = None,
     seconds: Annotated[
         float | None,
-        typer.Option(
-            "--seconds", metavar="S", help="Start no request after S seconds of a level."
-        ),
+        typer.Option("--seconds", metavar="S", help="Start no request after S seconds of a level."),
     ] = None,
     prompt_tokens: Annotated[
         str,

@@ -39,6 +39,10 @@ _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 
+def _unescape(v: str) -> str:
+    return v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+
+
 def parse_exposition(text: str) -> Exposition:
     """The samples of a Prometheus text exposition (format 0.0.4). Comment lines and lines
     that do not parse are skipped; NaN and infinite values are kept out."""
@@ -58,9 +62,8 @@ def parse_exposition(text: str) -> Exposition:
             continue
         labels: Labels = ()
         if m.group(3):
-            labels = tuple(
-                sorted((k, v.replace('\\"', '"').replace("\\\\", "\\")) for k, v in _LABEL.findall(m.group(3)))
-            )
+            pairs = _LABEL.findall(m.group(3))
+            labels = tuple(sorted((k, _unescape(v)) for k, v in pairs))
         out.setdefault(m.group(1), []).append((labels, value))
     return out
 

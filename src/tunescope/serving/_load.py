@@ -528,9 +528,7 @@ class _Level:
         self.out.start = _clock.now()
         self.t_end = time.monotonic() + (cfg.seconds or 0.0)
         done = asyncio.Event()
-        scraper = (
-            asyncio.ensure_future(self._scraper(mconn, done)) if mconn is not None else None
-        )
+        scraper = asyncio.ensure_future(self._scraper(mconn, done)) if mconn is not None else None
         try:
             if cfg.mode == "concurrency":
                 await self._closed_loop()

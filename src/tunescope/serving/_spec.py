@@ -45,7 +45,9 @@ def parse_levels(text: str, option: str, *, integer: bool, limit: float) -> list
         except ValueError:
             raise ConfigError(f"{option} {text!r}: {s!r} is not a number") from None
         if not math.isfinite(v) or v <= 0 or v > limit:
-            raise ConfigError(f"{option} {text!r}: {s} is out of range (above 0, at most {limit:g})")
+            raise ConfigError(
+                f"{option} {text!r}: {s} is out of range (above 0, at most {limit:g})"
+            )
         if integer and v != int(v):
             raise ConfigError(f"{option} {text!r}: {s} is not a whole number")
         if v in out:
@@ -185,12 +187,74 @@ def read_prompts(path: str) -> list[Prompt]:
     return out
 
 
-_WORDS = (
-    "the of and to in is was for on that with as by at from it an be this are or which "
-    "model data time system number value first new used two one also more can has its "
-    "between after other some these their over under when where while during each many "
-    "state water light power field point level order line group area place result method"
-).split()
+_WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "it",
+    "an",
+    "be",
+    "this",
+    "are",
+    "or",
+    "which",
+    "model",
+    "data",
+    "time",
+    "system",
+    "number",
+    "value",
+    "first",
+    "new",
+    "used",
+    "two",
+    "one",
+    "also",
+    "more",
+    "can",
+    "has",
+    "its",
+    "between",
+    "after",
+    "other",
+    "some",
+    "these",
+    "their",
+    "over",
+    "under",
+    "when",
+    "where",
+    "while",
+    "during",
+    "each",
+    "many",
+    "state",
+    "water",
+    "light",
+    "power",
+    "field",
+    "point",
+    "level",
+    "order",
+    "line",
+    "group",
+    "area",
+    "place",
+    "result",
+    "method",
+]
 
 
 def synthetic_prompt(rng: random.Random, tokens: int) -> str:

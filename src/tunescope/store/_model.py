@@ -15,10 +15,13 @@ EVENT_KINDS: tuple[str, ...] = (
     "data_wait",
     "mark",
     "sampler_gap",
+    "request",
 )
 """``sampler_gap``: an interval with no hardware samples because the trial's sampler died and
 was restarted, or was starved of CPU past its schedule (t = last sample before, duration =
-until the first one after; name says which)."""
+until the first one after; name says which). ``request``: one request of a load level
+(``tunescope load``: t = sent, duration = end-to-end latency, value = TTFT, name ``ok`` or
+``error``, step = its index in the level; data in docs/serving.md)."""
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from scripted_server import Script, scripted
 
+from scripted_server import Script, scripted
 from tunescope.store import open_store
 
 

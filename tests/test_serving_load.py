@@ -188,3 +188,22 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_the_live_llamacpp_page_in_one_vocabulary(engine: str) -> None:
+    import json
+    import urllib.request
+
+    exp = parse_exposition(llamacpp_engine.metrics(engine))
+    assert detect(exp) == "llamacpp"
+    vals = Scrape("llamacpp").values(exp)
+    assert set(vals) == {
+        "serve.running",
+        "serve.waiting",
+        "serve.requests_deferred",
+        "serve.prompt_tokens",
+        "serve.gen_tokens",
+    }  # this build has no KV-cache ratio: no serve.kv_use, never a zero
+    assert vals["serve.gen_tokens"] == exp["llamacpp:tokens_predicted_total"][0][1]
+    with urllib.request.urlopen(engine + "/slots", timeout=5) as r:
+        assert parse_slots(json.loads(r.read())) == (llamacpp_engine.SLOTS, 0)

@@ -21,7 +21,7 @@ pytest.importorskip("xllamacpp", reason="the serve extra (make setup installs it
 pytest.importorskip("gguf", reason="the serve extra (make setup installs it)")
 
 import llamacpp_engine
-from tunescope.serving import parse_exposition
+from tunescope.serving import Scrape, detect, parse_exposition, parse_slots
 from tunescope.store import open_store
 
 OUTPUT_TOKENS = 32

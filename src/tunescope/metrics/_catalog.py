@@ -439,7 +439,9 @@ CATALOG: tuple[Metric, ...] = (
         "count",
         "engine",
         "trial",
-        'vllm: vllm:num_requests_running; sglang: sglang:num_running_reqs; tgi: tgi_batch_current_size; llamacpp: llamacpp:requests_processing; triton: nv_trt_llm_request_metrics{request_type="scheduled"}; nim: num_requests_running',
+        "vllm: vllm:num_requests_running; sglang: sglang:num_running_reqs; tgi: "
+        "tgi_batch_current_size; llamacpp: llamacpp:requests_processing; triton: "
+        'nv_trt_llm_request_metrics{request_type="scheduled"}; nim: num_requests_running',
         "Requests the serving engine is processing (in its running batch or slots).",
     ),
     _m(
@@ -448,7 +450,9 @@ CATALOG: tuple[Metric, ...] = (
         "count",
         "engine",
         "trial",
-        "vllm: vllm:num_requests_waiting; sglang: sglang:num_queue_reqs; tgi: tgi_queue_size; llamacpp: llamacpp:requests_deferred; triton: nv_inference_pending_request_count; nim: num_requests_waiting",
+        "vllm: vllm:num_requests_waiting; sglang: sglang:num_queue_reqs; tgi: tgi_queue_size; "
+        "llamacpp: llamacpp:requests_deferred; triton: nv_inference_pending_request_count; nim: "
+        "num_requests_waiting",
         "Requests queued at the serving engine, waiting for a slot or a batch place.",
     ),
     _m(
@@ -457,8 +461,13 @@ CATALOG: tuple[Metric, ...] = (
         "%",
         "engine",
         "trial",
-        'vllm: vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc; sglang: sglang:token_usage; llamacpp: llamacpp:kv_cache_usage_ratio; triton: nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"} / nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}; nim: gpu_cache_usage_perc',
-        "Share of the serving engine's KV cache in use (an engine's 0-1 ratio shown as a percentage).",
+        "vllm: vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc; sglang: "
+        "sglang:token_usage; llamacpp: llamacpp:kv_cache_usage_ratio; triton: "
+        'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"} / '
+        'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}; nim: '
+        "gpu_cache_usage_perc",
+        "Share of the serving engine's KV cache in use (an engine's 0-1 ratio shown as a "
+        "percentage).",
         max_value=100.0,
     ),
     _m(
@@ -468,7 +477,8 @@ CATALOG: tuple[Metric, ...] = (
         "engine",
         "trial",
         "vllm: vllm:num_preemptions_total",
-        "Requests the serving engine preempted since it started, for lack of KV cache (cumulative).",
+        "Requests the serving engine preempted since it started, for lack of KV cache "
+        "(cumulative).",
     ),
     _m(
         "serve.prompt_tokens",
@@ -476,8 +486,11 @@ CATALOG: tuple[Metric, ...] = (
         "count",
         "engine",
         "trial",
-        "vllm: vllm:prompt_tokens_total; sglang: sglang:prompt_tokens_total; tgi: tgi_request_input_length_sum; llamacpp: llamacpp:prompt_tokens_total; nim: prompt_tokens_total",
-        "Prompt tokens the serving engine processed since it started (cumulative; llama.cpp leaves out tokens reused from its cache).",
+        "vllm: vllm:prompt_tokens_total; sglang: sglang:prompt_tokens_total; tgi: "
+        "tgi_request_input_length_sum; llamacpp: llamacpp:prompt_tokens_total; nim: "
+        "prompt_tokens_total",
+        "Prompt tokens the serving engine processed since it started (cumulative; llama.cpp "
+        "leaves out tokens reused from its cache).",
     ),
     _m(
         "serve.gen_tokens",
@@ -485,7 +498,9 @@ CATALOG: tuple[Metric, ...] = (
         "count",
         "engine",
         "trial",
-        "vllm: vllm:generation_tokens_total; sglang: sglang:generation_tokens_total; tgi: tgi_request_generated_tokens_sum; llamacpp: llamacpp:tokens_predicted_total; nim: generation_tokens_total",
+        "vllm: vllm:generation_tokens_total; sglang: sglang:generation_tokens_total; tgi: "
+        "tgi_request_generated_tokens_sum; llamacpp: llamacpp:tokens_predicted_total; nim: "
+        "generation_tokens_total",
         "Tokens the serving engine generated since it started (cumulative).",
     ),
     _m(
@@ -495,7 +510,8 @@ CATALOG: tuple[Metric, ...] = (
         "engine",
         "trial",
         "llamacpp: llamacpp:requests_deferred",
-        "Requests llama.cpp's server deferred because every slot was busy (a gauge, as it reports it).",
+        "Requests llama.cpp's server deferred because every slot was busy (a gauge, as it "
+        "reports it).",
     ),
     _m(
         "serve.ttft_mean",
@@ -503,8 +519,10 @@ CATALOG: tuple[Metric, ...] = (
         "s",
         "engine",
         "trial",
-        "vllm: vllm:time_to_first_token_seconds; sglang: sglang:time_to_first_token_seconds; nim: time_to_first_token_seconds",
-        "Mean time to first token the serving engine measured over the last scrape interval (from its histogram).",
+        "vllm: vllm:time_to_first_token_seconds; sglang: sglang:time_to_first_token_seconds; "
+        "nim: time_to_first_token_seconds",
+        "Mean time to first token the serving engine measured over the last scrape interval "
+        "(from its histogram).",
     ),
     _m(
         "serve.itl_mean",
@@ -512,8 +530,11 @@ CATALOG: tuple[Metric, ...] = (
         "s",
         "engine",
         "trial",
-        "vllm: vllm:inter_token_latency_seconds or vllm:time_per_output_token_seconds; sglang: sglang:inter_token_latency_seconds or sglang:time_per_output_token_seconds; tgi: tgi_request_mean_time_per_token_duration; nim: time_per_output_token_seconds",
-        "Mean time between output tokens the serving engine measured over the last scrape interval (from its histogram).",
+        "vllm: vllm:inter_token_latency_seconds or vllm:time_per_output_token_seconds; sglang: "
+        "sglang:inter_token_latency_seconds or sglang:time_per_output_token_seconds; tgi: "
+        "tgi_request_mean_time_per_token_duration; nim: time_per_output_token_seconds",
+        "Mean time between output tokens the serving engine measured over the last scrape "
+        "interval (from its histogram).",
     ),
 )
 

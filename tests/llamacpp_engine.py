@@ -111,11 +111,17 @@ def command(model: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def engine(model: Path, timeout: float = 60.0) -> Iterator[str]:
-    """Start the engine in a process of its own; yields its base URL; stops it after."""
+def engine(model: Path, timeout: float = 60.0, quiet: bool = False) -> Iterator[str]:
+    """Start the engine in a process of its own; yields its base URL; stops it after.
+    ``quiet``: its log (a line or more a request) goes nowhere."""
     if not model.exists():
         make_model(model)
-    proc = subprocess.Popen(command(model), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command(model),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL if quiet else None,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         url = ""

@@ -154,3 +154,14 @@ def scripted(script: Script) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+
+
+if __name__ == "__main__":  # the benchmark's server: python tests/scripted_server.py TOKENS DELAY
+    import sys
+    import time
+
+    srv = Server(Script(tokens=int(sys.argv[1]), token_delay=float(sys.argv[2])))
+    srv.start()
+    print("listening", srv.url, flush=True)
+    while True:
+        time.sleep(3600)

@@ -16,7 +16,7 @@ from tunescope.serving._engines import (
     parse_exposition,
     parse_slots,
 )
-from tunescope.serving._http import Origin
+from tunescope.serving._http import Connection, Origin
 from tunescope.serving._load import (
     MAX_IN_FLIGHT,
     EngineInfo,
@@ -26,6 +26,7 @@ from tunescope.serving._load import (
     RequestResult,
     probe,
     run_sweep,
+    send,
     trial_name,
 )
 from tunescope.serving._spec import (
@@ -41,6 +42,7 @@ __all__ = [
     "ENGINES",
     "MAX_IN_FLIGHT",
     "SERVE_KEYS",
+    "Connection",
     "EngineInfo",
     "Exposition",
     "Gauge",
@@ -63,5 +65,6 @@ __all__ = [
     "probe",
     "read_prompts",
     "run_sweep",
+    "send",
     "trial_name",
 ]

@@ -4,20 +4,20 @@ Why not httpx or aiohttp: the load generator's own cost is part of what it measu
 per 100 requests/s and its TTFT error, ``make bench``), and a token's arrival must be stamped
 when its bytes arrive, not after layers of buffering. This client does what the sweep needs
 and no more: one keep-alive connection per worker, ``Content-Length``, chunked and
-read-until-close bodies, plain HTTP or TLS. Every read has a deadline (the caller's
-per-request timeout). It speaks only to the origin it was made for.
+read-until-close bodies, plain HTTP or TLS. Deadlines are one timer per request
+(:class:`Expiry`), not one per read: a per-read ``asyncio.wait_for`` would cost a task for
+every token. It speaks only to the origin it was made for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["Connection", "Origin", "Response", "TransportError", "get"]
+__all__ = ["Connection", "Expiry", "Origin", "Response", "TransportError", "get"]
 
 MAX_HEADER_BYTES = 64 * 1024
 """The longest response head taken."""
@@ -27,6 +27,34 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 class TransportError(Exception):
     """The server could not be reached, or broke the connection or the protocol."""
+
+
+class Expiry:
+    """``with Expiry(seconds):`` in a task: past ``seconds`` the task is cancelled where it
+    waits, and the block raises ``asyncio.TimeoutError`` (one timer, however many reads)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.expired = False
+
+    def __enter__(self) -> Expiry:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.handle = asyncio.get_running_loop().call_later(self.seconds, self._fire)
+        return self
+
+    def _fire(self) -> None:
+        self.expired = True
+        self.task.cancel()
+
+    def __exit__(self, et: object, ev: object, tb: object) -> None:
+        self.handle.cancel()
+        if self.expired and et is asyncio.CancelledError:
+            uncancel = getattr(self.task, "uncancel", None)
+            if uncancel is not None:
+                uncancel()
+            raise asyncio.TimeoutError from None
 
 
 @dataclass(frozen=True)
@@ -75,7 +103,6 @@ class Response:
     status: int
     headers: dict[str, str]
     _conn: Connection
-    _deadline: float
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (chunked encoding removed)."""
@@ -83,16 +110,16 @@ class Response:
         te = self.headers.get("transfer-encoding", "").lower()
         if "chunked" in te:
             while True:
-                line = await c._readline(self._deadline)
+                line = await c._readline()
                 try:
                     size = int(line.split(b";", 1)[0].strip() or b"x", 16)
                 except ValueError:
                     raise TransportError("malformed chunked body") from None
                 if size == 0:
-                    while (await c._readline(self._deadline)).strip():
+                    while (await c._readline()).strip():
                         pass  # trailers
                     break
-                data = await c._readexactly(size + 2, self._deadline)
+                data = await c._readexactly(size + 2)
                 yield data[:-2]
         elif "content-length" in self.headers:
             try:
@@ -100,7 +127,7 @@ class Response:
             except ValueError:
                 raise TransportError("malformed Content-Length") from None
             while left > 0:
-                data = await c._read(min(left, 65536), self._deadline)
+                data = await c._read(min(left, 65536))
                 if not data:
                     raise TransportError("connection closed mid-body")
                 left -= len(data)
@@ -108,7 +135,7 @@ class Response:
         else:
             c.keep = False
             while True:
-                data = await c._read(65536, self._deadline)
+                data = await c._read(65536)
                 if not data:
                     break
                 yield data
@@ -150,16 +177,15 @@ class Connection:
         method: str,
         path: str,
         body: bytes | None,
-        deadline: float,
         headers: dict[str, str] | None = None,
     ) -> Response:
-        """Send the request and read the response's head; ``deadline`` (monotonic time)
-        bounds every read of it and of its body."""
+        """Send the request and read the response's head (the caller bounds the time:
+        :class:`Expiry`)."""
         if self.busy or not self.keep:
             self.close()
         fresh = self.writer is None
         if fresh:
-            await self._open(deadline)
+            await self._open()
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.origin.host}:{self.origin.port}"]
         head += ["Accept: */*", "Connection: keep-alive"]
         if body is not None:
@@ -171,14 +197,14 @@ class Connection:
             assert self.writer is not None
             self.writer.write(raw)
             self.busy = True
-            status_line = await self._readline(deadline)
+            status_line = await self._readline()
             if not status_line and not fresh:  # a kept connection the server had closed
                 self.close()
-                return await self.request(method, path, body, deadline, headers)
+                return await self.request(method, path, body, headers)
         except (ConnectionError, OSError) as exc:
             self.close()
             if not fresh:
-                return await self.request(method, path, body, deadline, headers)
+                return await self.request(method, path, body, headers)
             raise TransportError(f"connection failed: {exc}") from None
         parts = status_line.decode("latin-1").split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
@@ -187,7 +213,7 @@ class Connection:
         hdrs: dict[str, str] = {}
         size = 0
         while True:
-            line = await self._readline(deadline)
+            line = await self._readline()
             size += len(line)
             if size > MAX_HEADER_BYTES:
                 self.close()
@@ -197,32 +223,27 @@ class Connection:
             k, _, v = line.decode("latin-1").partition(":")
             hdrs[k.strip().lower()] = v.strip()
         self.keep = True
-        return Response(int(parts[1]), hdrs, self, deadline)
+        return Response(int(parts[1]), hdrs, self)
 
-    async def _open(self, deadline: float) -> None:
+    async def _open(self) -> None:
         ctx = self.ssl
         if self.origin.scheme == "https" and ctx is None:
             ctx = ssl.create_default_context()
         try:
-            self.reader, self.writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    self.origin.host,
-                    self.origin.port,
-                    ssl=ctx if self.origin.scheme == "https" else None,
-                    limit=MAX_HEADER_BYTES,
-                ),
-                _left(deadline),
+            self.reader, self.writer = await asyncio.open_connection(
+                self.origin.host,
+                self.origin.port,
+                ssl=ctx if self.origin.scheme == "https" else None,
+                limit=MAX_HEADER_BYTES,
             )
-        except asyncio.TimeoutError:
-            raise TransportError("connection timed out") from None
         except (OSError, ssl.SSLError) as exc:
             raise TransportError(f"cannot connect to {self.origin.base}: {exc}") from None
 
-    async def _readline(self, deadline: float) -> bytes:
+    async def _readline(self) -> bytes:
         assert self.reader is not None
         try:
-            return await asyncio.wait_for(self.reader.readline(), _left(deadline))
-        except asyncio.TimeoutError:
+            return await self.reader.readline()
+        except asyncio.CancelledError:
             self.close()
             raise
         except (ValueError, asyncio.LimitOverrunError):
@@ -232,22 +253,22 @@ class Connection:
             self.close()
             raise TransportError(f"connection broken: {exc}") from None
 
-    async def _read(self, n: int, deadline: float) -> bytes:
+    async def _read(self, n: int) -> bytes:
         assert self.reader is not None
         try:
-            return await asyncio.wait_for(self.reader.read(n), _left(deadline))
-        except asyncio.TimeoutError:
+            return await self.reader.read(n)
+        except asyncio.CancelledError:
             self.close()
             raise
         except (ConnectionError, OSError) as exc:
             self.close()
             raise TransportError(f"connection broken: {exc}") from None
 
-    async def _readexactly(self, n: int, deadline: float) -> bytes:
+    async def _readexactly(self, n: int) -> bytes:
         assert self.reader is not None
         try:
-            return await asyncio.wait_for(self.reader.readexactly(n), _left(deadline))
-        except asyncio.TimeoutError:
+            return await self.reader.readexactly(n)
+        except asyncio.CancelledError:
             self.close()
             raise
         except asyncio.IncompleteReadError:
@@ -258,13 +279,9 @@ class Connection:
             raise TransportError(f"connection broken: {exc}") from None
 
 
-def _left(deadline: float) -> float:
-    return max(0.001, deadline - time.monotonic())
-
-
 async def get(conn: Connection, path: str, timeout: float) -> tuple[int, bytes]:
     """GET ``path`` on the connection's origin: (status, body). TransportError or
     asyncio.TimeoutError when it could not be had within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    resp = await conn.request("GET", path, None, deadline)
-    return resp.status, await resp.read()
+    with Expiry(timeout):
+        resp = await conn.request("GET", path, None)
+        return resp.status, await resp.read()

@@ -35,7 +35,7 @@ from typing import Any
 
 from tunescope import _clock
 from tunescope.serving._engines import Scrape, detect, parse_exposition, parse_slots
-from tunescope.serving._http import Connection, Origin, TransportError, get
+from tunescope.serving._http import Connection, Expiry, Origin, TransportError, get
 from tunescope.serving._spec import Prompt, TokenSpec, synthetic_prompt
 from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, new_key
 
@@ -48,6 +48,7 @@ __all__ = [
     "RequestResult",
     "probe",
     "run_sweep",
+    "send",
     "trial_name",
 ]
 
@@ -112,6 +113,10 @@ class RequestResult:
     error: str | None
     status: int | None
     unreachable: bool = False
+    engine_timings: dict[str, Any] | None = None
+    """llama.cpp's ``timings`` of the request, when its stream carried them (not stored)."""
+    done: bool = False
+    """Whether the stream's ``[DONE]`` came."""
 
     @property
     def ok(self) -> bool:
@@ -311,79 +316,93 @@ def _token_text(chunk: dict[str, Any], chat: bool) -> str:
 
 
 async def send(conn: Connection, cfg: LoadConfig, body: bytes, index: int) -> RequestResult:
-    """Send one streamed request and time it."""
+    """Send one streamed request and time it; never raises for the server's faults (they
+    are the result's ``error``)."""
     chat = cfg.api == "chat"
     path = cfg.origin.path("/v1/chat/completions" if chat else "/v1/completions")
-    t = _clock.now()
+    res = RequestResult(index, _clock.now(), 0.0, None, [], None, None, None, None)
     t0 = time.perf_counter()
-    deadline = time.monotonic() + cfg.timeout
-    res = RequestResult(index, t, 0.0, None, [], None, None, None, None)
-    last: float | None = None
     try:
-        resp = await conn.request("POST", path, body, deadline)
-        res.status = resp.status
-        if resp.status != 200:
-            res.error = _error_message(resp.status, await resp.read(64 * 1024))
-            res.e2el = time.perf_counter() - t0
-            return res
-        buf = b""
-        done = False
-        async for data in resp.chunks():
-            now = time.perf_counter()
-            buf += data
-            while not done:
-                cut = buf.find(b"\n")
-                if cut < 0:
-                    break
-                line, buf = buf[:cut].strip(), buf[cut + 1 :]
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    break
-                try:
-                    chunk = json.loads(payload)
-                except ValueError:
-                    continue
-                if not isinstance(chunk, dict):
-                    continue
-                if "error" in chunk:
-                    err = chunk["error"]
-                    msg = err.get("message") if isinstance(err, dict) else err
-                    res.error = _one_line(f"error in the stream: {msg}")
-                usage = chunk.get("usage")
-                if isinstance(usage, dict):
-                    pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-                    res.prompt_tokens = pt if isinstance(pt, int) else None
-                    res.completion_tokens = ct if isinstance(ct, int) else None
-                if _token_text(chunk, chat):
-                    if last is None:
-                        res.ttft = now - t0
-                    else:
-                        res.itl.append(now - last)
-                    last = now
-            if done:
-                break
-        res.e2el = time.perf_counter() - t0
-        if not done and res.error is None:
-            res.error = "the stream ended without [DONE]"
-        elif res.ttft is None and res.error is None:
-            res.error = "no token came"
-        if not done:
-            conn.close()
+        with Expiry(cfg.timeout):
+            await _stream(conn, path, body, chat, res, t0)
         return res
     except asyncio.TimeoutError:
         conn.close()
+        if res.done:  # the body did not end after [DONE]: the request is complete all the same
+            return res
         res.e2el = time.perf_counter() - t0
         res.error = f"no end within the per-request timeout of {cfg.timeout:g} s"
         return res
     except TransportError as exc:
         conn.close()
+        if res.done:
+            return res
         res.e2el = time.perf_counter() - t0
         res.error = _one_line(str(exc))
         res.unreachable = res.status is None and "cannot connect" in str(exc)
         return res
+
+
+async def _stream(
+    conn: Connection, path: str, body: bytes, chat: bool, res: RequestResult, t0: float
+) -> None:
+    """The request's exchange, filling ``res`` as the stream comes."""
+    resp = await conn.request("POST", path, body)
+    res.status = resp.status
+    if resp.status != 200:
+        res.error = _error_message(resp.status, await resp.read(64 * 1024))
+        res.e2el = time.perf_counter() - t0
+        return
+    last: float | None = None
+    buf = b""
+    async for data in resp.chunks():
+        if res.done:
+            continue  # the body's end after [DONE]: read, so the connection is kept
+        now = time.perf_counter()
+        buf += data
+        while True:
+            cut = buf.find(b"\n")
+            if cut < 0:
+                break
+            line, buf = buf[:cut].strip(), buf[cut + 1 :]
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                res.done = True
+                res.e2el = now - t0
+                break
+            try:
+                chunk = json.loads(payload)
+            except ValueError:
+                continue
+            if not isinstance(chunk, dict):
+                continue
+            if "error" in chunk:
+                err = chunk["error"]
+                msg = err.get("message") if isinstance(err, dict) else err
+                res.error = _one_line(f"error in the stream: {msg}")
+            timings = chunk.get("timings")
+            if isinstance(timings, dict):
+                res.engine_timings = timings
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+                res.prompt_tokens = pt if isinstance(pt, int) else None
+                res.completion_tokens = ct if isinstance(ct, int) else None
+            if _token_text(chunk, chat):
+                if last is None:
+                    res.ttft = now - t0
+                else:
+                    res.itl.append(now - last)
+                last = now
+    if not res.done:
+        res.e2el = time.perf_counter() - t0
+        conn.close()
+        if res.error is None:
+            res.error = "the stream ended without [DONE]"
+    elif res.ttft is None and res.error is None:
+        res.error = "no token came"
 
 
 # ---------------------------------------------------------------------------- a level

@@ -109,18 +109,29 @@ class Response:
         c = self._conn
         te = self.headers.get("transfer-encoding", "").lower()
         if "chunked" in te:
+            # parsed from whole reads: one await per arriving segment, not two per chunk
+            buf = bytearray()
             while True:
-                line = await c._readline()
+                while (i := buf.find(b"\r\n")) < 0:
+                    buf += await c._more()
                 try:
-                    size = int(line.split(b";", 1)[0].strip() or b"x", 16)
+                    size = int(bytes(buf[:i]).split(b";", 1)[0].strip() or b"x", 16)
                 except ValueError:
+                    c.close()
                     raise TransportError("malformed chunked body") from None
                 if size == 0:
-                    while (await c._readline()).strip():
-                        pass  # trailers
+                    del buf[: i + 2]
+                    while not buf.startswith(b"\r\n") and b"\r\n\r\n" not in buf:
+                        buf += await c._more()  # trailers, then the empty line
+                    end = 2 if buf.startswith(b"\r\n") else buf.index(b"\r\n\r\n") + 4
+                    if len(buf) > end:  # bytes past the response: not ours to guess
+                        c.keep = False
                     break
-                data = await c._readexactly(size + 2)
-                yield data[:-2]
+                need = i + 2 + size + 2
+                while len(buf) < need:
+                    buf += await c._more()
+                yield bytes(buf[i + 2 : i + 2 + size])
+                del buf[:need]
         elif "content-length" in self.headers:
             try:
                 left = int(self.headers["content-length"])
@@ -264,19 +275,12 @@ class Connection:
             self.close()
             raise TransportError(f"connection broken: {exc}") from None
 
-    async def _readexactly(self, n: int) -> bytes:
-        assert self.reader is not None
-        try:
-            return await self.reader.readexactly(n)
-        except asyncio.CancelledError:
+    async def _more(self) -> bytes:
+        data = await self._read(65536)
+        if not data:
             self.close()
-            raise
-        except asyncio.IncompleteReadError:
-            self.close()
-            raise TransportError("connection closed mid-chunk") from None
-        except (ConnectionError, OSError) as exc:
-            self.close()
-            raise TransportError(f"connection broken: {exc}") from None
+            raise TransportError("connection closed mid-body")
+        return data
 
 
 async def get(conn: Connection, path: str, timeout: float) -> tuple[int, bytes]:

@@ -303,6 +303,51 @@ def load(
     raise typer.Exit(code)
 
 
+@app.command(name="import", cls=Command)
+def import_(
+    tool: Annotated[
+        str,
+        typer.Argument(
+            metavar="TOOL", help="The tool that wrote the files: vllm-bench, guidellm or aiperf."
+        ),
+    ],
+    files: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="FILE...",
+            help="Result files: vllm bench serve --save-result JSON, guidellm's "
+            "benchmarks.json, AIPerf's profile_export_aiperf.json.",
+        ),
+    ],
+    run_name: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="Run to add the levels to (created if new); default TOOL-DATE.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Import other load testers' results as load levels: each benchmark a trial.
+
+    Example: tunescope import guidellm benchmarks.json --run llama-h100. Each level's
+    percentiles, throughput and goodput become scalars (load.ttft_p99_s, ...); guidellm's
+    per-request stats become request events. Every file is read before anything is written."""
+    import time
+
+    from tunescope.serving import TOOLS, import_levels, read_levels
+    from tunescope.store import absolute_url, os_user, project_of
+
+    if tool not in TOOLS:
+        raise ConfigError(f"unknown tool {tool!r}: use {', '.join(TOOLS)}")
+    levels = [lv for f in files for lv in read_levels(tool, f)]
+    url = absolute_url(store)
+    run = run_name or f"{tool}-{time.strftime('%Y%m%d-%H%M%S')}"
+    names = import_levels(levels, run, url, project_of(url), os_user())
+    typer.echo(f"run {run!r}: imported {len(names)} level(s): {', '.join(names)}")
+
+
 FormatOpt = Annotated[
     str,
     typer.Option(

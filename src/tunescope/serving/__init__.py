@@ -17,6 +17,7 @@ from tunescope.serving._engines import (
     parse_slots,
 )
 from tunescope.serving._http import Connection, Origin
+from tunescope.serving._import import TOOLS, ImportedLevel, import_levels, read_levels
 from tunescope.serving._load import (
     MAX_IN_FLIGHT,
     EngineInfo,
@@ -42,11 +43,13 @@ __all__ = [
     "ENGINES",
     "MAX_IN_FLIGHT",
     "SERVE_KEYS",
+    "TOOLS",
     "Connection",
     "EngineInfo",
     "Exposition",
     "Gauge",
     "HistMean",
+    "ImportedLevel",
     "LevelResult",
     "LoadConfig",
     "LoadError",
@@ -57,12 +60,14 @@ __all__ = [
     "Scrape",
     "TokenSpec",
     "detect",
+    "import_levels",
     "parse_duration",
     "parse_exposition",
     "parse_levels",
     "parse_slo",
     "parse_slots",
     "probe",
+    "read_levels",
     "read_prompts",
     "run_sweep",
     "send",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scripted_server import Script, scripted
+from tunescope.cli import main
 from tunescope.store import open_store
 
 
@@ -76,14 +77,15 @@ def test_a_server_that_is_not_openai_compatible_is_refused(tmp_path: Path) -> No
     ],
 )
 def test_malformed_options_are_one_line_and_exit_2(
-    tmp_path: Path, args: list[str], says: str
+    tmp_path: Path, args: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "s.db"
-    with scripted(Script()) as srv:
-        p = cli("load", srv.url, *args, "--store", str(db))
+    with scripted(Script()) as srv:  # the CLI's entry point in this process (many cases)
+        code = main(["load", srv.url, *args, "--store", str(db)])
         assert srv.completions == 0
-    assert p.returncode == 2, p.stderr
-    assert says in one_line(p)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert says in err[0]
     assert not db.exists()
 
 

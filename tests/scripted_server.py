@@ -34,6 +34,8 @@ class Server:
     def __init__(self, script: Script):
         self.script = script
         self.completions = 0
+        self.bodies: list[dict[str, object]] = []
+        """Every completion request's JSON body, in arrival order."""
         self.loop = asyncio.new_event_loop()
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
@@ -110,6 +112,7 @@ class Server:
             err = {"error": {"message": f"scripted failure {s.fail_status}", "code": 1}}
             return self.plain(writer, s.fail_status, json.dumps(err).encode())
         req = json.loads(body)
+        self.bodies.append(req)
         chat = path.endswith("chat/completions")
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"

@@ -3,7 +3,8 @@ targets. Figures are ratios or per-call costs measured side by side within one r
 assertions in the test suite (shared machines are noisy).
 
 ``python bench/run.py [SECTION...]`` runs only the sections named (``store``, ``record``,
-``sampler``, ``api``, ``browser``, ``browser_scale``, ``soak``, ``team``, ``retention``: each
+``sampler``, ``api``, ``browser``, ``browser_scale``, ``soak``, ``team``, ``retention``,
+``serving``: each
 ``bench_SECTION.py``); ``make bench-sampler`` runs the sampler's alone."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ BENCHES = [
     "bench_soak.py",
     "bench_team.py",
     "bench_retention.py",
+    "bench_serving.py",
 ]
 
 

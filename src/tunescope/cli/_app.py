@@ -130,6 +130,224 @@ def run(
     raise typer.Exit(code)
 
 
+@app.command(cls=Command)
+def load(
+    url: Annotated[
+        str,
+        typer.Argument(
+            metavar="URL",
+            help="The server's base URL (http://HOST:PORT, or with /v1); requests go to "
+            "its /v1/completions or /v1/chat/completions only.",
+            show_default=False,
+        ),
+    ],
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            "--concurrency",
+            metavar="N,N,...",
+            help="Closed-loop levels: N requests open at once (default 1).",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            "--rate",
+            metavar="R,R,...",
+            help="Open-loop levels: R requests/s arriving as a Poisson process.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    burstiness: Annotated[
+        float | None,
+        typer.Option(
+            "--burstiness",
+            help="Gamma shape of the arrival gaps with --rate (1 = Poisson, below 1 burstier).",
+        ),
+    ] = None,
+    requests: Annotated[
+        int | None,
+        typer.Option("--requests", metavar="N", help="Requests per level (default 50)."),
+    ] = None,
+    seconds: Annotated[
+        float | None,
+        typer.Option("--seconds", metavar="S", help="Start no request after S seconds of a level."),
+    ] = None,
+    prompt_tokens: Annotated[
+        str,
+        typer.Option(
+            "--prompt-tokens",
+            metavar="SPEC",
+            help="Synthetic prompt length in words (about a token each): 128, 64-256 or "
+            "normal:MEAN,SD.",
+        ),
+    ] = "128",
+    output_tokens: Annotated[
+        str,
+        typer.Option(
+            "--output-tokens",
+            metavar="SPEC",
+            help="max_tokens per request: 128, 64-256 or normal:MEAN,SD.",
+        ),
+    ] = "128",
+    prompts: Annotated[
+        str | None,
+        typer.Option(
+            "--prompts",
+            metavar="FILE",
+            help="JSON Lines of {prompt|messages, output_tokens?} used in turn instead of "
+            "synthetic prompts.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    api: Annotated[
+        str, typer.Option("--api", help="completions (/v1/completions) or chat.")
+    ] = "completions",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Model name to ask for (default the server's first).",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo",
+            metavar="KEY=DUR,...",
+            help="Latency targets for goodput: ttft=500ms,tpot=50ms,e2el=10s.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    engine_metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--engine-metrics",
+            metavar="URL",
+            help="The engine's Prometheus page, scraped at 1 Hz (default the server's "
+            "/metrics; none: no scraping).",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", metavar="S", help="Per-request timeout in seconds."),
+    ] = 300.0,
+    ignore_eos: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-eos", help="Ask the engine to generate max_tokens (ignore_eos: true)."
+        ),
+    ] = False,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of synthetic prompts, lengths and arrivals.")
+    ] = 0,
+    run_name: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="Run to add the levels to (created if new); default load-DATE.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    store: StoreOpt = None,
+    server_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--server-cmd",
+            metavar="CMD",
+            help="Start the engine with this command under tunescope run (its own trial "
+            "of the run), wait until it serves, stop it after the sweep.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    server_wait: Annotated[
+        float,
+        typer.Option(
+            "--server-wait", metavar="S", help="How long to wait for --server-cmd to serve."
+        ),
+    ] = 600.0,
+) -> None:
+    """Sweep load levels against an OpenAI-compatible server: each level a trial.
+
+    Example: tunescope load http://127.0.0.1:8000 --concurrency 1,2,4,8 --requests 100
+    --slo ttft=500ms,tpot=50ms. Per request: TTFT, TPOT, inter-token latencies, end-to-end
+    latency, tokens from the server's usage. The engine's metrics are scraped at 1 Hz. Exit
+    code 1 when a level failed (the sweep stops there; what ran is kept)."""
+    from tunescope.cli._load import load_command
+
+    code = load_command(
+        url,
+        concurrency=concurrency,
+        rate=rate,
+        burstiness=burstiness,
+        requests=requests,
+        seconds=seconds,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        prompts=prompts,
+        api=api,
+        model=model,
+        slo=slo,
+        engine_metrics=engine_metrics,
+        timeout=timeout,
+        ignore_eos=ignore_eos,
+        seed=seed,
+        run=run_name,
+        store=store,
+        server_cmd=server_cmd,
+        server_wait=server_wait,
+    )
+    raise typer.Exit(code)
+
+
+@app.command(name="import", cls=Command)
+def import_(
+    tool: Annotated[
+        str,
+        typer.Argument(
+            metavar="TOOL", help="The tool that wrote the files: vllm-bench, guidellm or aiperf."
+        ),
+    ],
+    files: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="FILE...",
+            help="Result files: vllm bench serve --save-result JSON, guidellm's "
+            "benchmarks.json, AIPerf's profile_export_aiperf.json.",
+        ),
+    ],
+    run_name: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="Run to add the levels to (created if new); default TOOL-DATE.",
+            callback=check.not_empty,
+        ),
+    ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Import other load testers' results as load levels: each benchmark a trial.
+
+    Example: tunescope import guidellm benchmarks.json --run llama-h100. Each level's
+    percentiles, throughput and goodput become scalars (load.ttft_p99_s, ...); guidellm's
+    per-request stats become request events. Every file is read before anything is written."""
+    import time
+
+    from tunescope.serving import TOOLS, import_levels, read_levels
+    from tunescope.store import absolute_url, os_user, project_of
+
+    if tool not in TOOLS:
+        raise ConfigError(f"unknown tool {tool!r}: use {', '.join(TOOLS)}")
+    levels = [lv for f in files for lv in read_levels(tool, f)]
+    url = absolute_url(store)
+    run = run_name or f"{tool}-{time.strftime('%Y%m%d-%H%M%S')}"
+    names = import_levels(levels, run, url, project_of(url), os_user())
+    typer.echo(f"run {run!r}: imported {len(names)} level(s): {', '.join(names)}")
+
+
 FormatOpt = Annotated[
     str,
     typer.Option(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Source = Literal["host", "nvml", "gpm", "torch", "sdk"]
+Source = Literal["host", "nvml", "gpm", "torch", "sdk", "engine"]
 Scope = Literal["trial", "gpu", "host", "netns"]
 
 GIB = 1024.0**3
@@ -24,7 +24,8 @@ class Metric:
     key: stable identifier used in the store, the API and URLs (``gpu.mem``).
     label: what the page and reports call it ("GPU Memory Usage").
     unit: display unit; ``scale`` multiplies a stored base-unit value into it.
-    source: which probe produces it.
+    source: which probe produces it (``engine``: a serving engine's own metrics, scraped by
+        ``tunescope load``; see docs/serving.md).
     scope: ``trial`` (the trial's process tree), ``gpu`` (one series per GPU index),
         ``host`` (the whole machine) or ``netns`` (the network namespace of the trial: Linux
         counts network bytes per interface, not per process).
@@ -431,6 +432,109 @@ CATALOG: tuple[Metric, ...] = (
         "trial",
         "optimizer steps recorded in the sample period / its length",
         "Training throughput in optimizer steps per second.",
+    ),
+    _m(
+        "serve.running",
+        "Engine Running Requests",
+        "count",
+        "engine",
+        "trial",
+        "vllm: vllm:num_requests_running; sglang: sglang:num_running_reqs; tgi: "
+        "tgi_batch_current_size; llamacpp: llamacpp:requests_processing; triton: "
+        'nv_trt_llm_request_metrics{request_type="scheduled"}; nim: num_requests_running',
+        "Requests the serving engine is processing (in its running batch or slots).",
+    ),
+    _m(
+        "serve.waiting",
+        "Engine Waiting Requests",
+        "count",
+        "engine",
+        "trial",
+        "vllm: vllm:num_requests_waiting; sglang: sglang:num_queue_reqs; tgi: tgi_queue_size; "
+        "llamacpp: llamacpp:requests_deferred; triton: nv_inference_pending_request_count; nim: "
+        "num_requests_waiting",
+        "Requests queued at the serving engine, waiting for a slot or a batch place.",
+    ),
+    _m(
+        "serve.kv_use",
+        "Engine KV-Cache Use",
+        "%",
+        "engine",
+        "trial",
+        "vllm: vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc; sglang: "
+        "sglang:token_usage; llamacpp: llamacpp:kv_cache_usage_ratio; triton: "
+        'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used"} / '
+        'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}; nim: '
+        "gpu_cache_usage_perc",
+        "Share of the serving engine's KV cache in use (an engine's 0-1 ratio shown as a "
+        "percentage).",
+        max_value=100.0,
+    ),
+    _m(
+        "serve.preemptions",
+        "Engine Preemptions",
+        "count",
+        "engine",
+        "trial",
+        "vllm: vllm:num_preemptions_total",
+        "Requests the serving engine preempted since it started, for lack of KV cache "
+        "(cumulative).",
+    ),
+    _m(
+        "serve.prompt_tokens",
+        "Engine Prompt Tokens",
+        "count",
+        "engine",
+        "trial",
+        "vllm: vllm:prompt_tokens_total; sglang: sglang:prompt_tokens_total; tgi: "
+        "tgi_request_input_length_sum; llamacpp: llamacpp:prompt_tokens_total; nim: "
+        "prompt_tokens_total",
+        "Prompt tokens the serving engine processed since it started (cumulative; llama.cpp "
+        "leaves out tokens reused from its cache).",
+    ),
+    _m(
+        "serve.gen_tokens",
+        "Engine Generated Tokens",
+        "count",
+        "engine",
+        "trial",
+        "vllm: vllm:generation_tokens_total; sglang: sglang:generation_tokens_total; tgi: "
+        "tgi_request_generated_tokens_sum; llamacpp: llamacpp:tokens_predicted_total; nim: "
+        "generation_tokens_total",
+        "Tokens the serving engine generated since it started (cumulative).",
+    ),
+    _m(
+        "serve.requests_deferred",
+        "Engine Deferred Requests",
+        "count",
+        "engine",
+        "trial",
+        "llamacpp: llamacpp:requests_deferred",
+        "Requests llama.cpp's server deferred because every slot was busy (a gauge, as it "
+        "reports it).",
+    ),
+    _m(
+        "serve.ttft_mean",
+        "Engine Mean TTFT",
+        "s",
+        "engine",
+        "trial",
+        "vllm: vllm:time_to_first_token_seconds; sglang: sglang:time_to_first_token_seconds; "
+        "nim: time_to_first_token_seconds",
+        "Mean time to first token the serving engine measured over the last scrape interval "
+        "(from its histogram).",
+    ),
+    _m(
+        "serve.itl_mean",
+        "Engine Mean Inter-Token Latency",
+        "s",
+        "engine",
+        "trial",
+        "vllm: vllm:inter_token_latency_seconds or vllm:time_per_output_token_seconds; sglang: "
+        "sglang:inter_token_latency_seconds or sglang:time_per_output_token_seconds; tgi: "
+        "tgi_request_mean_time_per_token_duration; nim: time_per_output_token_seconds",
+        "Mean time between output tokens the serving engine measured over the last scrape "
+        "interval (from its histogram).",
     ),
 )
 

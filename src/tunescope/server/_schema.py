@@ -101,7 +101,7 @@ class MetricOut(BaseModel):
     label: str
     unit: str = Field(description="display unit")
     scale: float = Field(description="multiply a stored base-unit value by this for `unit`")
-    source: Source = Field(description="what measures it: host, nvml, gpm, torch or sdk")
+    source: Source = Field(description="what measures it: host, nvml, gpm, torch, sdk or engine")
     scope: Scope = Field(description="trial, gpu (one series per GPU), host or netns")
     headline: bool
     markers: bool = Field(description="whether step / evaluation markers belong on its chart")

@@ -1,0 +1,209 @@
+"""`tunescope load` against a real engine: llama.cpp's server (the xllamacpp wheel, 2 slots,
+1 thread) serving a small random model made by the test (tests/llamacpp_engine.py).
+
+A sweep at concurrency 1, 2 and 6, streaming, run as a user runs it (the real CLI):
+(a) per level the engine's generated-token counter grows by exactly the sum of the client's
+usage.completion_tokens; (b) at 6 requests wait at the engine (requests_deferred > 0) and
+the median TTFT is at least twice that at 2. Each request is one event as the serving
+contract says."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("xllamacpp", reason="the serve extra (make setup installs it)")
+pytest.importorskip("gguf", reason="the serve extra (make setup installs it)")
+
+import llamacpp_engine
+from tunescope.serving import Scrape, detect, parse_exposition, parse_slots
+from tunescope.store import open_store
+
+OUTPUT_TOKENS = 32
+REQUESTS = 18
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tunescope", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return llamacpp_engine.make_model(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+@pytest.fixture(scope="module")
+def engine(model: Path) -> Iterator[str]:
+    with llamacpp_engine.engine(model) as url:
+        yield url
+
+
+def generated(url: str) -> float:
+    exp = parse_exposition(llamacpp_engine.metrics(url))
+    return exp["llamacpp:tokens_predicted_total"][0][1]
+
+
+@pytest.fixture(scope="module")
+def sweep(engine: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, float, str]:
+    """The sweep's store, the engine's own generated-token growth over it, and stdout."""
+    db = str(tmp_path_factory.mktemp("load") / "s.db")
+    before = generated(engine)
+    p = cli(
+        "load",
+        engine,
+        "--concurrency",
+        "1,2,6",
+        "--requests",
+        str(REQUESTS),
+        "--output-tokens",
+        str(OUTPUT_TOKENS),
+        "--prompt-tokens",
+        "8",
+        "--ignore-eos",
+        "--slo",
+        "ttft=200ms",
+        "--run",
+        "llama",
+        "--store",
+        db,
+    )
+    assert p.returncode == 0, p.stderr
+    return db, generated(engine) - before, p.stdout
+
+
+def test_a_level_is_a_trial_and_a_request_an_event(sweep: tuple[str, float, str]) -> None:
+    db, _, stdout = sweep
+    with open_store(db) as st:
+        trials = st.list_trials(st.get_run("llama").id)
+        assert [t.name for t in trials] == ["c1", "c2", "c6"]
+        for t in trials:
+            assert t.state == "completed"
+            assert t.params["load.mode"] == "concurrency"
+            assert t.params["load.level"] == int(t.name[1:])
+            assert t.params["engine"] == "llamacpp"
+            assert t.params["engine.slots"] == llamacpp_engine.SLOTS
+            assert t.params["slo.ttft_s"] == pytest.approx(0.2)
+            assert t.params["load.output_tokens"] == OUTPUT_TOKENS
+            events = st.all_events(t.id, kinds=["request"])
+            assert sorted(e.step for e in events) == list(range(REQUESTS))
+            for e in events:
+                d = e.data
+                assert e.name == "ok" and d["error"] is None and d["status"] == 200
+                assert d["completion_tokens"] == OUTPUT_TOKENS  # ignore_eos: all of max_tokens
+                assert d["prompt_tokens"] > 0
+                # one streamed chunk per word: an ITL between each two tokens
+                assert len(d["itl"]) == OUTPUT_TOKENS - 1
+                assert e.value == d["ttft"] and 0 < d["ttft"] < e.duration
+                assert d["t_first"] == pytest.approx(e.t + d["ttft"])
+                assert d["tpot"] == pytest.approx(
+                    (e.duration - d["ttft"]) / (OUTPUT_TOKENS - 1), rel=1e-9
+                )
+                assert t.start <= e.t <= e.t + e.duration <= (t.end or 0) + 1e-3
+    assert all(name in stdout for name in ("c1", "c2", "c6"))
+
+
+def test_engine_token_counter_grows_by_the_clients_usage(sweep: tuple[str, float, str]) -> None:
+    db, engine_growth, _ = sweep
+    total = 0
+    with open_store(db) as st:
+        for t in st.list_trials(st.get_run("llama").id):
+            usage = sum(e.data["completion_tokens"] for e in st.all_events(t.id, kinds=["request"]))
+            (series,) = st.list_series(t.id, "serve.gen_tokens")
+            assert series.host == "127.0.0.1"
+            _, v = st.read_samples(series.id)
+            assert len(v) >= 2
+            assert v[-1] - v[0] == usage, t.name  # (a), per level
+            total += usage
+    assert engine_growth == total == 3 * REQUESTS * OUTPUT_TOKENS
+
+
+def test_requests_queue_at_the_engine_at_six(sweep: tuple[str, float, str]) -> None:
+    db, _, _ = sweep
+    with open_store(db) as st:
+        trials = {t.name: t for t in st.list_trials(st.get_run("llama").id)}
+
+        def median_ttft(name: str) -> float:
+            return statistics.median(
+                e.value for e in st.all_events(trials[name].id, kinds=["request"])
+            )
+
+        def deferred(name: str) -> float:
+            (s,) = st.list_series(trials[name].id, "serve.requests_deferred")
+            return float(st.read_samples(s.id)[1].max())
+
+        assert deferred("c6") > 0  # (b): requests wait at the engine
+        assert deferred("c1") == 0
+        assert median_ttft("c6") >= 2 * median_ttft("c2")
+        (w,) = st.list_series(trials["c6"].id, "serve.waiting")
+        assert st.read_samples(w.id)[1].max() > 0
+
+
+def test_server_cmd_starts_the_engine_as_a_trial_of_the_run(model: Path, tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    cmd = " ".join(llamacpp_engine.command(model))
+    # the engine prints the port it took: found by its /v1/models, so give a fixed free port
+    port = _free_port()
+    p = cli(
+        "load",
+        f"http://127.0.0.1:{port}",
+        "--server-cmd",
+        f"{cmd} --port {port}",
+        "--concurrency",
+        "1",
+        "--requests",
+        "4",
+        "--output-tokens",
+        "8",
+        "--run",
+        "served",
+        "--store",
+        db,
+    )
+    assert p.returncode == 0, p.stderr
+    with open_store(db) as st:
+        trials = {t.name: t for t in st.list_trials(st.get_run("served").id)}
+        assert set(trials) == {"engine", "c1"}
+        eng = trials["engine"]
+        assert "load.mode" not in eng.params
+        assert trials["c1"].params["engine.trial_key"] == eng.key
+        assert eng.state == "completed"  # stopped by SIGTERM, it exits 0
+        (cpu,) = st.list_series(eng.id, "cpu.util")
+        assert len(st.read_samples(cpu.id)[0]) >= 1
+        assert eng.start <= trials["c1"].start and (eng.end or 0) >= (trials["c1"].end or 0)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_live_llamacpp_page_in_one_vocabulary(engine: str) -> None:
+    import json
+    import urllib.request
+
+    exp = parse_exposition(llamacpp_engine.metrics(engine))
+    assert detect(exp) == "llamacpp"
+    vals = Scrape("llamacpp").values(exp)
+    assert set(vals) == {
+        "serve.running",
+        "serve.waiting",
+        "serve.requests_deferred",
+        "serve.prompt_tokens",
+        "serve.gen_tokens",
+    }  # this build has no KV-cache ratio: no serve.kv_use, never a zero
+    assert vals["serve.gen_tokens"] == exp["llamacpp:tokens_predicted_total"][0][1]
+    with urllib.request.urlopen(engine + "/slots", timeout=5) as r:
+        assert parse_slots(json.loads(r.read())) == (llamacpp_engine.SLOTS, 0)

@@ -44,9 +44,18 @@ from tunescope.analyze._summary import (
     trial_end,
 )
 from tunescope.analyze._text import elapsed, printable, value
+from tunescope.analyze._usage import (
+    GROUPINGS,
+    TrialUsage,
+    Usage,
+    UsageRow,
+    check_query,
+    usage_of,
+)
 
 __all__ = [
     "GPU_CATALOG",
+    "GROUPINGS",
     "REPORT_FORMATS",
     "RULES",
     "SEVERITIES",
@@ -62,8 +71,12 @@ __all__ = [
     "SettingInfo",
     "Severity",
     "TrialReport",
+    "TrialUsage",
+    "Usage",
+    "UsageRow",
     "TrialSummary",
     "build_report",
+    "check_query",
     "data_wait_share",
     "describe_catalog",
     "elapsed",
@@ -84,5 +97,6 @@ __all__ = [
     "trial_duration",
     "trial_end",
     "trial_objective",
+    "usage_of",
     "value",
 ]

@@ -102,7 +102,7 @@ def plan(seed: int = 20) -> list[TrialPlan]:
             minutes = rng.randint(20, 120)
         gpus = []
         if model is not None:
-            total, gpm = MODELS[model]
+            gpm = MODELS[model][1]
             for g in range(1 if i % 3 else 2):
                 util = _segments(rng, minutes, plant_idle=i % 2 == 0 or g == 1)
                 sm = [float(5 * round(u / 10)) for u in util] if gpm else None

@@ -10,8 +10,9 @@ Definitions (docs/usage.md says the same for people):
   sampler attributed to it. Its model is the name the sampler recorded for that index in
   ``Store.hosts`` (``where["gpus"]``), else ``unknown``.
 * **a sample stands for the time since the previous one** (the sampler's samples sum up the
-  period that ends at them), at most :data:`GAP_INTERVALS` sampling intervals back (the first:
-  one interval); a gap longer than that is held but neither busy nor idle (unknown). Every
+  period that ends at them) when that came at most :data:`GAP_INTERVALS` sampling intervals
+  before it, else (the first sample, the first after a gap) for one interval; the rest of a
+  gap is held but neither busy nor idle (unknown). Every
   span is cut to the trial's held span and to the asked window.
 * **busy**: held time weighted by SM activity (``gpu.sm_active``, NVML GPM) on a GPU that has
   it, else by GPU utilization (``gpu.util``); each row says which (``busy_by``).
@@ -57,10 +58,10 @@ from tunescope.store import RunInfo, SeriesInfo, Store, TrialInfo
 
 __all__ = [
     "BUSY_METRICS",
-    "CpuUse",
     "GAP_INTERVALS",
     "GROUPINGS",
     "MAX_POINTS",
+    "CpuUse",
     "GpuUse",
     "Points",
     "Slice",
@@ -82,8 +83,9 @@ GROUPINGS = ("project", "user", "run", "host", "gpu_model", "day", "week")
 BUSY_METRICS = ("gpu.sm_active", "gpu.util")
 """The busy measure of a GPU: the first of these it has a series of."""
 GAP_INTERVALS = 1.5
-"""A sample stands for the time since the previous one, at most this many sampling intervals
-(longer is a gap: held, neither busy nor idle)."""
+"""A sample stands for the time since the previous one when that came at most this many
+sampling intervals before it; after a longer gap, for one interval (the rest of the gap is
+held, neither busy nor idle)."""
 MAX_POINTS = 20_000
 """Points a series is read as at most (buckets beyond)."""
 _GPU_SERIES = ("gpu.util", "gpu.sm_active", "gpu.mem")
@@ -102,7 +104,8 @@ class Points:
 
     def overlap(self, lo: float, hi: float) -> F64:
         """Seconds of each point's span inside [lo, hi]."""
-        return np.clip(np.minimum(self.b, hi) - np.maximum(self.a, lo), 0.0, None)
+        out: F64 = np.clip(np.minimum(self.b, hi) - np.maximum(self.a, lo), 0.0, None)
+        return out
 
 
 def read_points(store: Store, series: SeriesInfo, interval: float) -> Points | None:
@@ -126,9 +129,8 @@ def read_points(store: Store, series: SeriesInfo, interval: float) -> Points | N
     if not len(tf):
         return None
     iv = interval if interval > 0 else 1.0
-    prev = np.concatenate([[tf[0] - iv], tl[:-1]])
-    a = np.maximum(prev, tf - GAP_INTERVALS * iv)
-    a[0] = tf[0] - iv
+    prev = np.concatenate([[-np.inf], tl[:-1]])
+    a = np.where(tf - prev <= GAP_INTERVALS * iv, prev, tf - iv)
     return Points(a, tl, mean, top)
 
 

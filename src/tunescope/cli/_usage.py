@@ -76,8 +76,12 @@ _SECONDS = {
 }
 
 
+def _key(name: str) -> fmt.Column:
+    return fmt.Column(name, lambda r: "-" if r[name] is None else str(r[name]))
+
+
 def _columns(by: list[str]) -> list[fmt.Column]:
-    keys = [fmt.Column(b, lambda r, b=b: "-" if r[b] is None else str(r[b])) for b in by]
+    keys = [_key(b) for b in by]
     return [
         *keys,
         *(_hours(k) for k in ("GPU-h held", "GPU-h busy", "GPU-h idle")),
@@ -148,7 +152,7 @@ def usage(
         raise ConfigError(f"--until {until or 'now'} is not after --since {since}")
     groups = list(by or ["project"])
     prices = check_query(lo, hi, groups, parse_prices(price or []))
-    settings = load_settings()
+    settings = load_settings().settings  # pyproject.toml, tunescope.toml, $TUNESCOPE_*
     with open_store(store, create=False) as st:
         result = usage_of(st, lo, hi, groups, prices=prices, settings=settings, now=now)
         warnings = fmt.damage_warnings(st)

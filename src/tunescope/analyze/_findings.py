@@ -21,6 +21,7 @@ from tunescope.analyze._rightsize import GPU_CATALOG, GpuType, RightSize
 from tunescope.analyze._rule import Rule
 from tunescope.analyze._rules import CpuBound, EvalMemorySpike, InputBound, MemoryGrowth, NearOomCpu
 from tunescope.analyze._settings import FindingSettings
+from tunescope.analyze._waste import IdleStretch, SweepWaste
 from tunescope.store import Store, TrialInfo
 
 __all__ = ["FINDINGS", "RULES", "findings_for_run", "findings_for_trial", "to_dict"]
@@ -35,10 +36,12 @@ FINDINGS: tuple[Rule[Any], ...] = (
     CpuBound(),
     StragglerNode(),
     IdleGpu(),
+    IdleStretch(),
     MemoryGrowth(),
     EvalMemorySpike(),
     RightSize(),
     PackTrials(),
+    SweepWaste(),
 )
 """Every rule, in the order findings are listed at equal severity."""
 

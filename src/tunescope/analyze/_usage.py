@@ -68,8 +68,10 @@ __all__ = [
     "TrialUsage",
     "Usage",
     "UsageRow",
+    "attributed_gpus",
     "check_query",
     "group_rows",
+    "held_span",
     "idle_stretches",
     "read_points",
     "trial_usage",
@@ -235,7 +237,21 @@ class TrialUsage:
         return device, a, b
 
 
-def _held_span(trial: TrialInfo, now: float) -> tuple[float, float]:
+def attributed_gpus(
+    series: Iterable[SeriesInfo],
+) -> dict[tuple[str, str], dict[str, SeriesInfo]]:
+    """The GPUs a trial held, (host, device) in order, each with its series by metric: every
+    device it has a ``gpu.util``, ``gpu.sm_active`` or ``gpu.mem`` series of."""
+    out: dict[tuple[str, str], dict[str, SeriesInfo]] = {}
+    for s in series:
+        if s.metric in _GPU_SERIES and s.device is not None:
+            out.setdefault((s.host, s.device), {})[s.metric] = s
+    return dict(sorted(out.items(), key=lambda x: (x[0][0], len(x[0][1]), x[0][1])))
+
+
+def held_span(trial: TrialInfo, now: float) -> tuple[float, float]:
+    """When the trial held its GPUs: its start to its end (its last heartbeat while it runs;
+    ``now`` for a running trial without one)."""
     end = trial_end(trial)
     if end is None:
         end = now if trial.state == "running" else trial.start
@@ -280,22 +296,17 @@ def trial_usage(
 ) -> TrialUsage | None:
     """A trial's usage within [since, until] (see the module doc); None when the trial held
     nothing in it."""
-    h0, h1 = _held_span(trial, now)
+    h0, h1 = held_span(trial, now)
     lo, hi = max(h0, since), min(h1, until)
     if hi <= lo:
         return None
     iv = trial.interval if trial.interval > 0 else 1.0
     where = store.hosts(trial.id)
     latest = _latest(store, trial.id)
-    by_gpu: dict[tuple[str, str], dict[str, SeriesInfo]] = {}
-    cpu_series: dict[str, SeriesInfo] = {}
-    for s in store.list_series(trial.id):
-        if s.metric in _GPU_SERIES and s.device is not None:
-            by_gpu.setdefault((s.host, s.device), {})[s.metric] = s
-        elif s.metric == "cpu.util":
-            cpu_series[s.host] = s
+    series = store.list_series(trial.id)
+    cpu_series = {s.host: s for s in series if s.metric == "cpu.util"}
     gpus = []
-    for (host, device), ms in sorted(by_gpu.items(), key=lambda x: (x[0][0], len(x[0][1]), x[0])):
+    for (host, device), ms in attributed_gpus(series).items():
         busy_by = next((m for m in BUSY_METRICS if m in ms), None)
         busy = None if busy_by is None else read_points(store, ms[busy_by], iv)
         stretches: list[tuple[float, float]] = []

@@ -50,6 +50,7 @@ from tunescope.analyze._usage import (
     Usage,
     UsageRow,
     check_query,
+    group_rows,
     usage_of,
 )
 
@@ -83,6 +84,7 @@ __all__ = [
     "findings_for_run",
     "findings_for_trial",
     "gpu_catalog",
+    "group_rows",
     "jsonable",
     "load_settings",
     "match_gpu",

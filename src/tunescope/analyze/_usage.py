@@ -546,15 +546,18 @@ def usage_of(
     settings: FindingSettings | None = None,
     now: float,
     catalog: tuple[GpuType, ...] = GPU_CATALOG,
+    projects: Sequence[str] | None = None,
 ) -> Usage:
-    """The usage of the store's project (``store.project``; a team server's: its token's)
-    within [since, until], grouped ``by`` (names of :data:`GROUPINGS`): the checks of
+    """The usage of ``projects`` (default: the store's, ``store.project``; a team server's:
+    its token's) within [since, until], grouped ``by`` (names of :data:`GROUPINGS`): the
+    checks of
     :func:`check_query`, then ConfigError for a price of a GPU that is neither a model the
     store recorded nor a catalog key."""
     prices = check_query(since, until, by, prices)
     s = settings if settings is not None else FindingSettings()
     trials = []
-    for run in store.list_runs():
+    runs = [r for p in projects or [store.project] for r in store.list_runs(project=p)]
+    for run in sorted(runs, key=lambda r: r.id):
         if run.start > until:
             continue
         for t in store.list_trials(run.id):

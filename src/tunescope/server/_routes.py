@@ -14,7 +14,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from tunescope.analyze import trial_end
+from tunescope.analyze import GROUPINGS, group_rows, trial_end, usage_of
+from tunescope.errors import ConfigError
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
 from tunescope.server._errors import ApiError, invalid, not_found
@@ -49,6 +50,7 @@ from tunescope.server._schema import (
     TrialDetailOut,
     TrialMetricOut,
     TrialOut,
+    UsageOut,
     WindowOut,
 )
 from tunescope.server._serialize import (
@@ -59,6 +61,7 @@ from tunescope.server._serialize import (
     run_json,
     scalar_json,
     trial_json,
+    usage_json,
     window_series_json,
 )
 from tunescope.store import EVENT_KINDS, EventsWindow, PooledStore, SeriesInfo, Store
@@ -188,6 +191,46 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
             counts = finding_counts(findings.run(trials, deadline))
             out.append(run_json(r, duration, peak, counts))
         return _json(out)
+
+    @router.get(
+        "/usage",
+        response_model=UsageOut,
+        responses=_ERRORS,
+        summary="GPU-hours held and busy, idle, memory, CPU and waste per group (docs/usage.md)",
+    )
+    def usage(
+        request: Request,
+        since: Annotated[float, Query(ge=-MAX_TIME_S, le=MAX_TIME_S, description="epoch s")],
+        until: Annotated[float, Query(ge=-MAX_TIME_S, le=MAX_TIME_S, description="epoch s")],
+        by: Annotated[
+            str, Query(max_length=NAME, description="groupings, comma-separated")
+        ] = "project",
+        group: Annotated[
+            str, Query(max_length=NAME, description="the daily chart's grouping")
+        ] = "project",
+        project: Annotated[
+            str | None, Query(max_length=NAME, description="only this project")
+        ] = None,
+    ) -> Response:
+        groups = [b for b in by.split(",") if b]
+        shown = visible_projects(store, principal_of(request), project)
+        try:
+            got = usage_of(
+                store,
+                since,
+                until,
+                groups,
+                settings=findings.settings,
+                now=time.time(),
+                projects=shown,
+            )
+            if group not in GROUPINGS:
+                raise ConfigError(f"unknown group {group!r}: use {', '.join(GROUPINGS)}")
+            keys = ["day"] if group == "day" else ["day", group]
+            days = group_rows((s for t in got.trials for s in t.slices), keys, {})
+        except ConfigError as exc:
+            raise invalid(str(exc)) from None
+        return _json(usage_json(got, group, days))
 
     @router.get(
         "/runs/{run}",

@@ -10,6 +10,7 @@ a Markdown or HTML report is rendered.
 from tunescope.analyze._charts import require_charts
 from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity, jsonable
 from tunescope.analyze._findings import RULES, findings_for_run, findings_for_trial, to_dict
+from tunescope.analyze._frontier import Frontier, FrontierPoint, cost_frontier
 from tunescope.analyze._objective import Objective, trial_objective
 from tunescope.analyze._report import (
     REPORT_FORMATS,
@@ -63,6 +64,8 @@ __all__ = [
     "EffectiveSettings",
     "Finding",
     "FindingSettings",
+    "Frontier",
+    "FrontierPoint",
     "GpuType",
     "MetricSummary",
     "MigProfile",
@@ -78,6 +81,7 @@ __all__ = [
     "UsageRow",
     "build_report",
     "check_query",
+    "cost_frontier",
     "data_wait_share",
     "describe_catalog",
     "elapsed",

@@ -71,6 +71,7 @@ __all__ = [
     "attributed_gpus",
     "check_query",
     "group_rows",
+    "held_gpu_seconds",
     "held_span",
     "idle_stretches",
     "read_points",
@@ -256,6 +257,12 @@ def held_span(trial: TrialInfo, now: float) -> tuple[float, float]:
     if end is None:
         end = now if trial.state == "running" else trial.start
     return trial.start, max(end, trial.start)
+
+
+def held_gpu_seconds(store: Store, trial: TrialInfo, now: float) -> float:
+    """GPU-seconds a trial held over its whole span: its attributed GPUs x its held span."""
+    a, b = held_span(trial, now)
+    return len(attributed_gpus(store.list_series(trial.id))) * (b - a)
 
 
 def _model_of(where: Mapping[str, Any], device: str) -> str | None:

@@ -14,7 +14,7 @@ from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import dur, pct
 from tunescope.analyze._usage import (
     BUSY_METRICS,
-    attributed_gpus,
+    held_gpu_seconds,
     held_span,
     idle_stretches,
     read_points,
@@ -160,12 +160,10 @@ class SweepWaste(Rule[SweepHours]):
         now = time.time()
         held = {"completed": 0.0, "failed": 0.0, "pruned": 0.0}
         count = {"failed": 0, "pruned": 0}
-        spans = []
+        spans: list[float] = []
         for t in ended:
-            gpus = len(attributed_gpus(d.store.list_series(t.id)))
-            a, b = held_span(t, now)
-            spans += [a, b]
-            held[t.state] += gpus * (b - a)
+            spans += held_span(t, now)
+            held[t.state] += held_gpu_seconds(d.store, t, now)
             if t.state in count:
                 count[t.state] += 1
         total = sum(held.values())

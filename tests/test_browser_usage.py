@@ -134,3 +134,60 @@ def test_the_usage_page_answers_as_the_cli_to_the_second(upage: Any) -> None:
         assert any(set(range(first, last)) <= i for i in idle)
     pg.locator("[data-testid=run-name]").wait_for()
     assert pg.locator("[data-testid=run-name]").inner_text() == plan.run
+
+
+def _front(points: list[tuple[float, float, str]]) -> set[str]:
+    """Names on the Pareto front of (cost, objective to minimize, name), counted here."""
+    return {
+        n
+        for c, s, n in points
+        if not any(c2 <= c and s2 <= s and (c2 < c or s2 < s) for c2, s2, _ in points)
+    }
+
+
+def test_the_cost_frontier_panel_on_a_run_page(upage: Any) -> None:
+    pg = upage
+    run = "synthetic-vision-ana-sweep-0"
+    mine = [p for p in PLAN if p.run == run]
+    pg.goto("/#/")
+    run_id = pg.evaluate(
+        "n => fetch('/api/runs').then(x => x.json()).then(rs => rs.find(r => r.name === n).id)",
+        run,
+    )
+    pg.goto(f"/#/runs/{run_id}")
+    marks = pg.locator("[data-testid=frontier-hours] [data-kind]")
+    marks.first.wait_for()
+    kinds = dict(
+        marks.evaluate_all(
+            "ms => ms.map(m => [m.querySelector('title').textContent.split(' ')[0],"
+            " m.dataset.kind])"
+        )
+    )
+    scored = [p for p in mine if p.objective is not None]
+    assert set(kinds) == {p.name for p in scored}
+    done = [
+        (p.minutes * 60.0 * len(p.gpus) / 3600.0, p.objective, p.name)
+        for p in scored
+        if p.state == "completed" and p.objective is not None
+    ]
+    assert {n for n, k in kinds.items() if k == "front"} == _front(done)
+    assert {n for n, k in kinds.items() if k == "pruned"} == {
+        p.name for p in scored if p.state == "pruned"
+    }
+    mem_marks = pg.locator("[data-testid=frontier-mem] [data-kind]")
+    assert mem_marks.count() == len([p for p in scored if p.gpus])
+    said = pg.locator("[data-testid=frontier-saying]").inner_text()
+    best = min((p for p in scored if p.state == "completed"), key=lambda p: p.objective or 0)
+    assert said.startswith(f"The best trial, {best.name}, ")
+    api = pg.evaluate(
+        "r => fetch(`/api/runs/${r}/frontier`).then(x => x.json())", run_id
+    )
+    assert said == api["saying"]
+    pg.locator("[data-testid=frontier]").screenshot(path=str(SHOT.with_name("frontier.png")))
+    # a mark links to its trial on the Resource Utilization tab
+    target = pg.locator("[data-testid=frontier-hours] a").first
+    href = target.get_attribute("href")
+    assert href is not None and "/resources?trial=" in href
+    trial = href.split("trial=", 1)[1]
+    target.click()
+    pg.wait_for_url(lambda url: "/resources?" in url and f"trial={trial}" in url)

@@ -60,6 +60,7 @@ class TrialPlan:
     gpus: list[GpuPlan]
     cpu_util: list[float]
     cores: float
+    objective: float | None = None
     key: str = field(default_factory=new_key)
 
 
@@ -89,12 +90,13 @@ def plan(seed: int = 20) -> list[TrialPlan]:
     rng.shuffle(states)
     for i in range(40):
         project = PROJECTS[i % 3]
-        user = PEOPLE[i % 5]
-        run = f"synthetic-{project}-{user}-sweep-{i // 15}"
+        sweep = (i // 3) % 2  # two sweeps of 6 or 7 trials per project, one person's each
+        user = PEOPLE[(2 * (i % 3) + sweep) % 5]
+        run = f"synthetic-{project}-{user}-sweep-{sweep}"
         runs[run] = runs.get(run, 0) + 1
         cpu_only = i % 13 == 7  # three CPU-only trials
         model = None if cpu_only else list(MODELS)[i % 2]
-        start = DAY0 + rng.randint(0, (DAYS - 2) * 24 * 60) * 60.0
+        start = DAY0 + (i * (DAYS - 2) * 36 + rng.randint(0, 1000)) * 60.0  # spread over the days
         if i == 3:
             start = DAY0 + 86400.0 - 30 * 60.0  # crosses the first midnight
         minutes = rng.randint(20, 720)
@@ -106,7 +108,8 @@ def plan(seed: int = 20) -> list[TrialPlan]:
             for g in range(1 if i % 3 else 2):
                 util = _segments(rng, minutes, plant_idle=i % 2 == 0 or g == 1)
                 sm = [float(5 * round(u / 10)) for u in util] if gpm else None
-                mem = [float(rng.choice(range(4, 76, 2))) * GIB for _ in range(minutes)]
+                top = rng.choice((12, 30, 74))
+                mem = [float(rng.choice(range(4, top + 1, 2))) * GIB for _ in range(minutes)]
                 gpus.append(GpuPlan(g, util, sm, mem))
         trials.append(
             TrialPlan(
@@ -122,6 +125,7 @@ def plan(seed: int = 20) -> list[TrialPlan]:
                 gpus=gpus,
                 cpu_util=[float(rng.choice(range(5, 101, 5))) for _ in range(minutes)],
                 cores=float(rng.choice((4, 8, 16))),
+                objective=None if states[i] == "failed" else round(rng.uniform(0.2, 1.5), 4),
             )
         )
     return trials
@@ -134,7 +138,7 @@ def write(store: Store, trials: Sequence[TrialPlan]) -> None:
             key=p.key,
             run=p.run,
             name=p.name,
-            params={"synthetic": True},
+            params={"synthetic": True, "optuna.direction": "minimize"},
             host=p.host,
             start=p.start,
             interval=60.0,
@@ -158,7 +162,16 @@ def write(store: Store, trials: Sequence[TrialPlan]) -> None:
         if p.gpus:
             where["gpus"] = [{"index": g.index, "name": p.model} for g in p.gpus]
         end = TrialEnd(p.state, p.start + 60.0 * p.minutes)
-        batch = Batch(p.key, spec=spec, samples=tuple(samples), host=p.host, where=where, end=end)
+        scalars = () if p.objective is None else (("eval/objective", 1, end.t - 1.0, p.objective),)
+        batch = Batch(
+            p.key,
+            spec=spec,
+            samples=tuple(samples),
+            scalars=scalars,
+            host=p.host,
+            where=where,
+            end=end,
+        )
         for part in batch.split():
             store.write(part)
     store.compact()

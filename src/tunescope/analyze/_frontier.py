@@ -49,6 +49,28 @@ class Frontier:
     best: TrialInfo | None
     fit: Fit | None
 
+    def saying(self) -> str | None:
+        """ "The best trial would have fit on GPU X, at $Y instead of $Z" (None without a
+        best trial or a fit)."""
+        if self.best is None or self.fit is None:
+            return None
+        f = self.fit
+        at = "" if f.cost_recommended_usd is None else f", at ${f.cost_recommended_usd:.2f}"
+        was = (
+            f" instead of ${f.cost_current_usd:.2f} on {f.current.label}"
+            if f.current is not None and f.cost_current_usd is not None
+            else " (the GPU it ran on is not in the catalog)"
+        )
+        if f.current is not None and f.best.price >= f.current.price:
+            return (
+                f"The best trial, {self.best.name}, ran on {f.current.label}: no cheaper GPU "
+                "of the catalog holds its peak memory with headroom."
+            )
+        return (
+            f"The best trial, {self.best.name}, would have fit on {f.best.label} "
+            f"({f.gpus} x){at}{was}."
+        )
+
 
 def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
     """For (cost, score) pairs where lower is better on both: whether each is on the front

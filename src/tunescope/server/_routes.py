@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from tunescope.analyze import GROUPINGS, group_rows, trial_end, usage_of
+from tunescope.analyze import GROUPINGS, cost_frontier, group_rows, trial_end, usage_of
 from tunescope.errors import ConfigError
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
@@ -40,6 +40,7 @@ from tunescope.server._schema import (
     ErrorOut,
     EventsOut,
     FindingOut,
+    FrontierOut,
     HealthOut,
     MetricOut,
     ProjectOut,
@@ -56,6 +57,7 @@ from tunescope.server._schema import (
 from tunescope.server._serialize import (
     checkpoint_json,
     events_json,
+    frontier_json,
     metric_json,
     run_findings_json,
     run_json,
@@ -260,6 +262,16 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         counts = finding_counts(found)
         assert counts is not None
         return _json(run_findings_json(found, counts))
+
+    @router.get(
+        "/runs/{run}/frontier",
+        response_model=FrontierOut,
+        responses=_ERRORS,
+        summary="The sweep's cost frontier: objective against GPU-hours and peak GPU memory",
+    )
+    def run_frontier(request: Request, run: RunRef) -> Response:
+        r = resolve_run(store, run, principal_of(request))
+        return _json(frontier_json(cost_frontier(store, r.id, findings.settings)))
 
     @router.get(
         "/runs/{run}/trials",

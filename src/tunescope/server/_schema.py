@@ -23,6 +23,8 @@ __all__ = [
     "EventsOut",
     "FindingCountsOut",
     "FindingOut",
+    "FrontierOut",
+    "FrontierTrialOut",
     "HealthOut",
     "LoginIn",
     "LogoutOut",
@@ -352,3 +354,24 @@ class UsageOut(BaseModel):
     rows: list[UsageRowOut]
     days: list[UsageDayOut] = Field(description="held and busy GPU-seconds per UTC day and group")
     wasted: list[WastedTrialOut] = Field(description="the ten trials that wasted most")
+
+
+class FrontierTrialOut(BaseModel):
+    trial_id: int
+    name: str
+    state: str
+    objective: float | None = Field(description="the first objective value, null without one")
+    gpu_hours: float = Field(description="GPU-hours held (attributed GPUs x its span)")
+    peak_gpu_mem: float | None = Field(description="bytes, null without gpu.mem")
+    on_hours_front: bool = Field(description="on the Pareto front of objective vs GPU-hours")
+    on_mem_front: bool = Field(description="on the front of objective vs peak GPU memory")
+
+
+class FrontierOut(BaseModel):
+    direction: str | None = Field(description="minimize or maximize; null: unknown (minimized)")
+    trials: list[FrontierTrialOut]
+    best_trial_id: int | None = Field(description="the best completed trial")
+    fit: dict[str, Any] | None = Field(
+        description="the best trial's right-size evidence (the right_size finding's), or null"
+    )
+    saying: str | None = Field(description="the best trial would have fit on X, at $Y ...")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunescope.analyze import Finding, Usage, UsageRow
+from tunescope.analyze import Finding, Frontier, Usage, UsageRow
 from tunescope.metrics import Metric
 from tunescope.store import Event, EventsWindow, RunInfo, Scalar, TrialInfo, Window
 
@@ -15,6 +15,7 @@ __all__ = [
     "checkpoint_json",
     "event_json",
     "events_json",
+    "frontier_json",
     "metric_json",
     "run_findings_json",
     "run_json",
@@ -208,4 +209,39 @@ def usage_json(u: Usage, group: str, days: list[UsageRow]) -> Json:
             for d in days
         ],
         "wasted": wasted,
+    }
+
+
+def frontier_json(f: Frontier) -> Json:
+    """``GET /api/runs/{run}/frontier``."""
+    fit = None
+    if f.fit is not None:
+        fit = {
+            "recommended": f.fit.best.to_dict(),
+            "current": None
+            if f.fit.current is None
+            else {"key": f.fit.current.key, "label": f.fit.current.label},
+            "gpus": f.fit.gpus,
+            "duration_h": f.fit.duration_h,
+            "cost_current_usd": f.fit.cost_current_usd,
+            "cost_recommended_usd": f.fit.cost_recommended_usd,
+        }
+    return {
+        "direction": f.direction,
+        "trials": [
+            {
+                "trial_id": p.trial.id,
+                "name": p.trial.name,
+                "state": p.trial.state,
+                "objective": p.objective,
+                "gpu_hours": p.gpu_hours,
+                "peak_gpu_mem": p.peak_gpu_mem,
+                "on_hours_front": p.on_hours_front,
+                "on_mem_front": p.on_mem_front,
+            }
+            for p in f.points
+        ],
+        "best_trial_id": None if f.best is None else f.best.id,
+        "fit": fit,
+        "saying": f.saying(),
     }

@@ -179,9 +179,7 @@ def test_the_cost_frontier_panel_on_a_run_page(upage: Any) -> None:
     said = pg.locator("[data-testid=frontier-saying]").inner_text()
     best = min((p for p in scored if p.state == "completed"), key=lambda p: p.objective or 0)
     assert said.startswith(f"The best trial, {best.name}, ")
-    api = pg.evaluate(
-        "r => fetch(`/api/runs/${r}/frontier`).then(x => x.json())", run_id
-    )
+    api = pg.evaluate("r => fetch(`/api/runs/${r}/frontier`).then(x => x.json())", run_id)
     assert said == api["saying"]
     pg.locator("[data-testid=frontier]").screenshot(path=str(SHOT.with_name("frontier.png")))
     # a mark links to its trial on the Resource Utilization tab

@@ -3,7 +3,7 @@ targets. Figures are ratios or per-call costs measured side by side within one r
 assertions in the test suite (shared machines are noisy).
 
 ``python bench/run.py [SECTION...]`` runs only the sections named (``store``, ``record``,
-``sampler``, ``api``, ``browser``, ``browser_scale``, ``soak``, ``team``: each
+``sampler``, ``api``, ``browser``, ``browser_scale``, ``soak``, ``team``, ``usage``: each
 ``bench_SECTION.py``); ``make bench-sampler`` runs the sampler's alone."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ BENCHES = [
     "bench_browser_scale.py",
     "bench_soak.py",
     "bench_team.py",
+    "bench_usage.py",
 ]
 
 

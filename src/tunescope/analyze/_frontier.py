@@ -20,7 +20,7 @@ from tunescope.analyze._objective import trial_objective
 from tunescope.analyze._rightsize import GPU_CATALOG, Fit, GpuType, RightSize
 from tunescope.analyze._rule import Case
 from tunescope.analyze._settings import FindingSettings
-from tunescope.analyze._usage import held_gpu_seconds
+from tunescope.analyze._usage import held_gpu_seconds, series_peak
 from tunescope.store import Store, TrialInfo
 
 __all__ = ["Frontier", "FrontierPoint", "cost_frontier", "pareto"]
@@ -87,14 +87,8 @@ def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
 
 
 def _peak_mem(store: Store, trial: TrialInfo) -> float | None:
-    peaks = []
-    for s in store.list_series(trial.id, "gpu.mem"):
-        ext = store.series_extent(s.id)
-        if ext is not None:
-            w = store.window(s.id, ext[0], ext[1] + 1e-3, 1)
-            if w.peak is not None:
-                peaks.append(w.peak)
-    return max(peaks, default=None)
+    peaks = [series_peak(store, s) for s in store.list_series(trial.id, "gpu.mem")]
+    return max((p for p in peaks if p is not None), default=None)
 
 
 def cost_frontier(

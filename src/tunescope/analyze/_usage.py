@@ -20,8 +20,8 @@ Definitions (docs/usage.md says the same for people):
   ``idle_gpu_util_pct`` busy (by the same measure) covering at least ``idle_stretch_min_s``
   without a gap (both :class:`FindingSettings`); a stretch counts whole when it is that long
   over the trial, even where the asked window cuts it.
-* **memory share**: ``gpu.mem`` over the device's ``gpu.mem.total``: the peak sample and the
-  time-weighted mean.
+* **memory share**: ``gpu.mem`` over the device's ``gpu.mem.total`` (its highest sample: a
+  constant): the peak sample and the time-weighted mean. ``cpu.capacity`` likewise.
 * **CPU**: core-seconds used = ``cpu.util`` (a share of ``cpu.capacity``, the cores the
   trial may use: its cgroup quota or affinity) x ``cpu.capacity`` x time; the quota is
   ``cpu.capacity`` x held time. Trials without GPUs report these the same way.
@@ -75,6 +75,7 @@ __all__ = [
     "held_span",
     "idle_stretches",
     "read_points",
+    "series_peak",
     "trial_usage",
     "usage_of",
 ]
@@ -143,25 +144,19 @@ def idle_stretches(
     """The idle stretches of a busy measure within the held span [lo, hi]: runs of points
     whose highest sample is at or under ``threshold_pct``, each starting where the previous
     ends (no gap), lasting at least ``min_s`` seconds inside [lo, hi]."""
-    idle = p.top <= threshold_pct
-    out: list[tuple[float, float]] = []
-    start: float | None = None
-    end = 0.0
-    for i in range(len(p.a)):
-        a, b = max(float(p.a[i]), lo), min(float(p.b[i]), hi)
-        if not idle[i] or b <= a:
-            if start is not None and end - start >= min_s:
-                out.append((start, end))
-            start = None
-            continue
-        if start is None or a > end:
-            if start is not None and end - start >= min_s:
-                out.append((start, end))
-            start = a
-        end = b
-    if start is not None and end - start >= min_s:
-        out.append((start, end))
-    return out
+    a, b = np.maximum(p.a, lo), np.minimum(p.b, hi)
+    ok = (p.top <= threshold_pct) & (b > a)
+    prev_ok = np.concatenate([[False], ok[:-1]])
+    prev_b = np.concatenate([[-np.inf], b[:-1]])
+    first = ok & (~prev_ok | (a > prev_b))
+    if not first.any():
+        return []
+    run = np.cumsum(first) - 1
+    starts = a[first]
+    ends = np.full(len(starts), -np.inf)
+    np.maximum.at(ends, run[ok], b[ok])
+    keep = ends - starts >= min_s
+    return list(zip(starts[keep].tolist(), ends[keep].tolist(), strict=True))
 
 
 @dataclass(frozen=True)
@@ -273,8 +268,13 @@ def _model_of(where: Mapping[str, Any], device: str) -> str | None:
     return None
 
 
-def _latest(store: Store, trial_id: int) -> dict[tuple[str, str, str | None], float]:
-    return {(s.metric, s.host, s.device): v for s, _, v in store.latest(trial_id)}
+def series_peak(store: Store, series: SeriesInfo | None) -> float | None:
+    """The highest sample of a series (None: no series, or no sample), from the store's
+    chunk summaries: one bucket over its whole extent."""
+    ext = None if series is None else store.series_extent(series.id)
+    if series is None or ext is None:
+        return None
+    return store.window(series.id, ext[0], ext[1] + 1e-3, 1).peak
 
 
 def _days(lo: float, hi: float) -> Iterable[tuple[float, float]]:
@@ -309,8 +309,8 @@ def trial_usage(
         return None
     iv = trial.interval if trial.interval > 0 else 1.0
     where = store.hosts(trial.id)
-    latest = _latest(store, trial.id)
     series = store.list_series(trial.id)
+    named = {(s.metric, s.host, s.device): s for s in series}
     cpu_series = {s.host: s for s in series if s.metric == "cpu.util"}
     gpus = []
     for (host, device), ms in attributed_gpus(series).items():
@@ -321,7 +321,7 @@ def trial_usage(
             stretches = idle_stretches(
                 busy, h0, h1, settings.idle_gpu_util_pct, settings.idle_stretch_min_s
             )
-        total = latest.get(("gpu.mem.total", host, device))
+        total = series_peak(store, named.get(("gpu.mem.total", host, device)))
         mem_share = mem_peak = None
         if "gpu.mem" in ms:
             mem = read_points(store, ms["gpu.mem"], iv)
@@ -346,7 +346,7 @@ def trial_usage(
         )
     cpus = []
     for host, s in sorted(cpu_series.items()):
-        cores = latest.get(("cpu.capacity", host, None))
+        cores = series_peak(store, named.get(("cpu.capacity", host, None)))
         util = read_points(store, s, iv)
         if cores is not None and cores > 0 and util is not None:
             cpus.append(CpuUse(host, cores, util))

@@ -6,6 +6,7 @@ group, to the second, in table, json and csv; and the definitions the figures re
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -201,10 +202,11 @@ def test_without_prices_cost_is_unknown_not_zero(
     assert _close(cost["NVIDIA H100 80GB HBM3"], h100["gpu_held_s"] / 3600.0 * 3.0)
 
 
-def test_postgresql_gives_the_same_figures(store_url: str) -> None:
-    """The same plan written to each backend answers the same (SQLite and PostgreSQL)."""
-    mine = _mine("speech")
-    with open_store(store_url, project="speech") as st:
+def test_every_backend_and_the_team_server_give_the_same_figures(any_store_url: str) -> None:
+    """The same plan written to each backend answers the same: SQLite, PostgreSQL, and a team
+    server (an HTTP store: the project its token sees)."""
+    with open_store(any_store_url) as st:
+        mine = [dataclasses.replace(p, project=st.project) for p in _mine("speech")]
         ut.write(st, mine)
         u = usage_of(st, ut.DAY0, ut.DAY0 + 90 * 86400.0, ["day"], now=ut.DAY0 + 100 * 86400.0)
     want = ut.truth(mine, ["day"], ut.DAY0, ut.DAY0 + 90 * 86400.0)

@@ -23,6 +23,7 @@ pytest_plugins = ["browser_fixtures"]
 
 PLAN = ut.plan()
 LO, HI = ut.DAY0, ut.DAY0 + 90 * 86400.0
+_A100 = {"NVIDIA A100-SXM4-80GB": 1.5}  # priced by its catalog key, a100-80gb
 SHOT = Path(__file__).resolve().parents[1] / "docs" / "img" / "usage.png"
 
 
@@ -91,6 +92,18 @@ def test_the_usage_page_answers_as_the_cli_to_the_second(upage: Any) -> None:
     for (user,), t in want_u.items():
         assert got_u[user][1] == hms(t["gpu_held_s"])
         assert got_u[user][2] == hms(t["gpu_busy_s"])
+    # prices: the cost column at the prices given (a model name and a catalog key)
+    pg.locator("#usage-price").fill("NVIDIA H100 80GB HBM3=2.5, a100-80gb=1.5")
+    pg.locator("#usage-price").dispatch_event("change")
+    pg.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=usage-table] tbody td')]"
+        ".some(td => td.textContent.startsWith('$'))"
+    )
+    priced = ut.truth(PLAN, ["user"], LO, HI, {"NVIDIA H100 80GB HBM3": 2.5, **_A100})
+    for row in _table(pg, "usage-table"):
+        # to the cent (the sums run in another order: a value at half a cent may round apart)
+        assert abs(float(row[11][1:]) - priced[(row[0],)]["cost_usd"]) <= 0.005 + 1e-9
+    assert "price=" in pg.url
     # the chart's grouping: one stack per day with a GPU held, by GPU model
     pg.locator("#usage-group").select_option("gpu_model")
     pg.wait_for_function(

@@ -175,9 +175,9 @@ export const api = {
     get("/api/trials/{trial}/scalars", { path: { trial }, query: { points } }, signal),
   frontier: (run: string | number, signal?: AbortSignal): Promise<Frontier> =>
     get("/api/runs/{run}/frontier", { path: { run: String(run) } }, signal),
-  usage: (since: number, until: number, by: string, group: string,
+  usage: (since: number, until: number, by: string, group: string, price: string,
           signal?: AbortSignal): Promise<UsageReport> =>
-    get("/api/usage", { query: { since, until, by, group } }, signal),
+    get("/api/usage", { query: { since, until, by, group, price: price || undefined } }, signal),
   checkpoints: (trial: number, signal?: AbortSignal): Promise<Checkpoint[]> =>
     get("/api/trials/{trial}/checkpoints", { path: { trial } }, signal),
 };

@@ -19,6 +19,8 @@ export interface UsageView {
   until: string;
   by: string;
   group: string;
+  /** hourly prices, MODEL=USD comma-separated ("" for none) */
+  price: string;
 }
 
 function isoDay(t: number): string {
@@ -34,6 +36,7 @@ export function readUsageView(q: URLSearchParams, now: number = Date.now() / 100
     until: day("until", isoDay(now + DAY)),
     by: group("by"),
     group: group("group"),
+    price: q.get("price") ?? "",
   };
 }
 
@@ -148,7 +151,11 @@ export class UsagePage {
       date("usage-since", "From ", v.since, (x) => { this.view.since = x; }),
       date("usage-until", "To ", v.until, (x) => { this.view.until = x; }),
       pick("usage-by", "Table by ", v.by, (x) => { this.view.by = x; }),
-      pick("usage-group", "Chart by ", v.group, (x) => { this.view.group = x; }));
+      pick("usage-group", "Chart by ", v.group, (x) => { this.view.group = x; }),
+      h("label", { class: "field", for: "usage-price" }, "Prices ",
+        h("input", { id: "usage-price", class: "input", value: v.price, size: 40,
+          placeholder: "MODEL=USD per GPU-hour, comma-separated",
+          onchange: (ev: Event) => { this.view.price = (ev.target as HTMLInputElement).value.trim(); this.changed(); } })));
   }
 
   start(): void {
@@ -175,7 +182,7 @@ export class UsagePage {
     const mine = ++this.seq;
     let u: UsageReport;
     try {
-      u = await api.usage(since, until, v.by, v.group);
+      u = await api.usage(since, until, v.by, v.group, v.price);
     } catch (e) {
       if (!this.dead && mine === this.seq) replace(this.body, message("error", `Could not load usage: ${(e as Error).message}`));
       return;

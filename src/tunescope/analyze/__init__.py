@@ -27,6 +27,7 @@ from tunescope.analyze._rightsize import (
     describe_catalog,
     gpu_catalog,
     match_gpu,
+    parse_prices,
 )
 from tunescope.analyze._rules import data_wait_share
 from tunescope.analyze._settings import (
@@ -92,6 +93,7 @@ __all__ = [
     "jsonable",
     "load_settings",
     "match_gpu",
+    "parse_prices",
     "printable",
     "render_report",
     "report_dict",

@@ -13,7 +13,6 @@ import typer
 
 from tunescope.cli import _format as fmt
 from tunescope.cli._input import StoreOpt
-from tunescope.cli._report import parse_prices
 from tunescope.errors import ConfigError
 
 __all__ = ["USAGE_FIGURES", "moment", "usage"]
@@ -141,7 +140,7 @@ def usage(
     idle_gpu_util_pct busy lasting idle_stretch_min_s or more (docs/findings.md#settings).
     A local store answers for its project (default, or $TUNESCOPE_PROJECT); a team server
     for its token's. See docs/usage.md."""
-    from tunescope.analyze import check_query, load_settings, usage_of
+    from tunescope.analyze import check_query, load_settings, parse_prices, usage_of
     from tunescope.store import open_store
 
     fmt.row_format(out_format)

@@ -14,7 +14,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from tunescope.analyze import GROUPINGS, cost_frontier, group_rows, trial_end, usage_of
+from tunescope.analyze import (
+    GROUPINGS,
+    cost_frontier,
+    group_rows,
+    parse_prices,
+    trial_end,
+    usage_of,
+)
 from tunescope.errors import ConfigError
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
@@ -213,15 +220,25 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         project: Annotated[
             str | None, Query(max_length=NAME, description="only this project")
         ] = None,
+        price: Annotated[
+            str,
+            Query(
+                max_length=4 * NAME,
+                description="hourly prices, MODEL=USD comma-separated (a recorded model name "
+                "or a right-size catalog key)",
+            ),
+        ] = "",
     ) -> Response:
         groups = [b for b in by.split(",") if b]
         shown = visible_projects(store, principal_of(request), project)
         try:
+            prices = parse_prices([p.strip() for p in price.split(",") if p.strip()])
             got = usage_of(
                 store,
                 since,
                 until,
                 groups,
+                prices=prices,
                 settings=findings.settings,
                 now=time.time(),
                 projects=shown,
@@ -229,7 +246,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
             if group not in GROUPINGS:
                 raise ConfigError(f"unknown group {group!r}: use {', '.join(GROUPINGS)}")
             keys = ["day"] if group == "day" else ["day", group]
-            days = group_rows((s for t in got.trials for s in t.slices), keys, {})
+            days = group_rows((s for t in got.trials for s in t.slices), keys, prices)
         except ConfigError as exc:
             raise invalid(str(exc)) from None
         return _json(usage_json(got, group, days))

@@ -496,7 +496,7 @@ def test_findings_are_ordered_by_severity(store: Store) -> None:
 
 def test_every_rule_is_registered_once() -> None:
     keys = [r.key for r in RULES]
-    assert len(keys) == len(set(keys)) == 18
+    assert len(keys) == len(set(keys)) == 20
     names = {f for r in RULES for f in r.settings}
     import dataclasses
 

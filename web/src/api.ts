@@ -44,6 +44,10 @@ export type ServingLevel = Schemas["ServingLevelOut"];
 /** Who is asking: a local viewer (every project) or a team server's token (one project). */
 export type Session = Schemas["SessionOut"];
 export type Project = Schemas["ProjectOut"];
+/** `GET /api/usage`: rows of `tunescope usage`, held and busy per day, the most wasteful trials. */
+export type UsageReport = Schemas["UsageOut"];
+/** `GET /api/runs/{run}/frontier`: the sweep's cost frontier. */
+export type Frontier = Schemas["FrontierOut"];
 
 // A route of the document, typed from it: its path and query parameters, its JSON body and
 // its 200 answer. Only routes that answer JSON on that method can be called.
@@ -174,6 +178,11 @@ export const api = {
   /** A trial's scalars; `points`: at most that many of each name, thinned for a chart. */
   scalars: (trial: number, points?: number, signal?: AbortSignal): Promise<Scalars> =>
     get("/api/trials/{trial}/scalars", { path: { trial }, query: { points } }, signal),
+  frontier: (run: string | number, signal?: AbortSignal): Promise<Frontier> =>
+    get("/api/runs/{run}/frontier", { path: { run: String(run) } }, signal),
+  usage: (since: number, until: number, by: string, group: string, price: string,
+          signal?: AbortSignal): Promise<UsageReport> =>
+    get("/api/usage", { query: { since, until, by, group, price: price || undefined } }, signal),
   checkpoints: (trial: number, signal?: AbortSignal): Promise<Checkpoint[]> =>
     get("/api/trials/{trial}/checkpoints", { path: { trial } }, signal),
 };

@@ -8,10 +8,11 @@ import { h, replace } from "./dom";
 import { parseRoute } from "./route";
 import { RunPage } from "./runpage";
 import { RunsPage } from "./runs";
+import { UsagePage } from "./usage";
 import { loginForm, renderSession, showProject } from "./session";
 import { message } from "./widgets";
 
-let page: RunsPage | RunPage | null = null;
+let page: RunsPage | RunPage | UsagePage | null = null;
 let pageRun: string | null = null;
 let routed: string | null = null;
 /** false while the login form shows */
@@ -46,6 +47,11 @@ function route(): void {
   routed = location.hash;
   if (r.page === "runs") {
     const p = new RunsPage(r.project);
+    page = p;
+    replace(main, p.el);
+    p.start();
+  } else if (r.page === "usage") {
+    const p = new UsagePage(r.q);
     page = p;
     replace(main, p.el);
     p.start();

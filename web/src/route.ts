@@ -1,4 +1,5 @@
-// Hash routing: "#/" is the runs list, "#/runs/<id>/<tab>?<view>" a run page. The whole view
+// Hash routing: "#/" is the runs list, "#/usage?<view>" the Usage page, "#/runs/<id>/<tab>?<view>"
+// a run page. The whole view
 // (tab, metric, trial, window, comparison list) lives in the hash, so a link reproduces it.
 
 export const TABS = ["training", "evaluation", "adapters", "resources", "serving"] as const;
@@ -20,6 +21,7 @@ export function runTabs(trials: { params: Record<string, unknown> }[]): Tab[] {
 
 export type Route =
   | { page: "runs"; project: string | null }
+  | { page: "usage"; q: URLSearchParams }
   | { page: "run"; run: string; tab: Tab; q: URLSearchParams }
   | { page: "missing"; path: string };
 
@@ -36,6 +38,7 @@ export function parseRoute(hash: string = location.hash): Route {
   if (parts.length === 0 || (parts.length === 1 && parts[0] === "runs")) {
     return { page: "runs", project: new URLSearchParams(query).get("project") };
   }
+  if (parts.length === 1 && parts[0] === "usage") return { page: "usage", q: new URLSearchParams(query) };
   if (parts[0] === "runs" && parts.length <= 3) {
     const tab = (parts[2] ?? "training") as Tab;
     if (TABS.includes(tab)) return { page: "run", run: parts[1], tab, q: new URLSearchParams(query) };

@@ -5,6 +5,7 @@ import { AdaptersTab } from "./adapters";
 import { api, type MetricInfo, type RunDetail } from "./api";
 import { h, replace } from "./dom";
 import { fmtBytes, fmtDate, fmtDuration } from "./format";
+import { frontierPanel } from "./frontier";
 import { ResourceTab } from "./resource/tab";
 import { pushHash, replaceHash, runHref, runTabs, type Tab, TAB_LABELS } from "./route";
 import { ScalarsTab } from "./scalars";
@@ -47,6 +48,7 @@ export class RunPage {
     this.renderHeader();
     this.renderTabs();
     this.showTab(this.tab, this.q);
+    this.el.appendChild(frontierPanel(this.run.id));
   }
 
   /** The route changed to this run: another tab, or a view typed into the URL. */

@@ -20,7 +20,8 @@ export class RunsPage {
       ? "Every fine-tune run you may see in this store, newest first."
       : `The runs of project “${project}”, newest first.`;
     this.el = h("div", { class: "page runs-page" },
-      h("div", { class: "page-head" }, h("h1", {}, "Runs"), h("p", { class: "muted" }, what)),
+      h("div", { class: "page-head" }, h("h1", {}, "Runs"), h("p", { class: "muted" }, what,
+        " ", h("a", { href: "#/usage", class: "usage-link" }, "Usage: GPU-hours held, busy and wasted →"))),
       this.body);
   }
 

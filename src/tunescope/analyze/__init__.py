@@ -10,6 +10,7 @@ a Markdown or HTML report is rendered.
 from tunescope.analyze._charts import require_charts
 from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity, jsonable
 from tunescope.analyze._findings import RULES, findings_for_run, findings_for_trial, to_dict
+from tunescope.analyze._frontier import Frontier, FrontierPoint, cost_frontier
 from tunescope.analyze._objective import Objective, trial_objective
 from tunescope.analyze._report import (
     REPORT_FORMATS,
@@ -27,6 +28,7 @@ from tunescope.analyze._rightsize import (
     describe_catalog,
     gpu_catalog,
     match_gpu,
+    parse_prices,
 )
 from tunescope.analyze._rules import data_wait_share
 from tunescope.analyze._serving import (
@@ -55,15 +57,27 @@ from tunescope.analyze._summary import (
     trial_end,
 )
 from tunescope.analyze._text import elapsed, printable, value
+from tunescope.analyze._usage import (
+    GROUPINGS,
+    TrialUsage,
+    Usage,
+    UsageRow,
+    check_query,
+    group_rows,
+    usage_of,
+)
 
 __all__ = [
     "GPU_CATALOG",
+    "GROUPINGS",
     "REPORT_FORMATS",
     "RULES",
     "SEVERITIES",
     "EffectiveSettings",
     "Finding",
     "FindingSettings",
+    "Frontier",
+    "FrontierPoint",
     "GpuType",
     "Level",
     "LevelStats",
@@ -79,19 +93,26 @@ __all__ = [
     "Slo",
     "TrialReport",
     "TrialSummary",
+    "TrialUsage",
+    "Usage",
+    "UsageRow",
     "Workload",
     "build_report",
+    "check_query",
     "compact_raw",
+    "cost_frontier",
     "data_wait_share",
     "describe_catalog",
     "elapsed",
     "findings_for_run",
     "findings_for_trial",
     "gpu_catalog",
+    "group_rows",
     "jsonable",
     "level_stats",
     "load_settings",
     "match_gpu",
+    "parse_prices",
     "parse_slo",
     "parse_workload",
     "printable",
@@ -107,5 +128,6 @@ __all__ = [
     "trial_duration",
     "trial_end",
     "trial_objective",
+    "usage_of",
     "value",
 ]

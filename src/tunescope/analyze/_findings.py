@@ -29,6 +29,7 @@ from tunescope.analyze._serving_rules import (
     Queueing,
 )
 from tunescope.analyze._settings import FindingSettings
+from tunescope.analyze._waste import IdleStretch, SweepWaste
 from tunescope.store import Store, TrialInfo
 
 __all__ = ["FINDINGS", "RULES", "findings_for_run", "findings_for_trial", "to_dict"]
@@ -43,6 +44,7 @@ FINDINGS: tuple[Rule[Any], ...] = (
     CpuBound(),
     StragglerNode(),
     IdleGpu(),
+    IdleStretch(),
     MemoryGrowth(),
     EvalMemorySpike(),
     RightSize(),
@@ -52,6 +54,7 @@ FINDINGS: tuple[Rule[Any], ...] = (
     Queueing(),
     DecodeBandwidthBound(),
     OverProvisioned(),
+    SweepWaste(),
 )
 """Every rule, in the order findings are listed at equal severity."""
 

@@ -41,6 +41,7 @@ __all__ = [
     "gpu_catalog",
     "match_gpu",
     "mig_options",
+    "parse_prices",
 ]
 
 
@@ -166,6 +167,27 @@ def gpu_catalog(
                 f"price of {key} must be a number >= 0 (USD per GPU-hour), not {price!r}"
             )
     return tuple(replace(g, price=float(prices[g.key])) if g.key in prices else g for g in base)
+
+
+def parse_prices(items: list[str]) -> dict[str, float]:
+    """``KEY=USD`` pairs (a GPU: a catalog key, or for usage a model name; USD per GPU-hour)
+    into a dict; ConfigError names a malformed item or a key given twice (prices are checked
+    for range where they are used: :func:`gpu_catalog`, ``check_query``)."""
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        try:
+            price = float(raw)
+        except ValueError:
+            price = float("nan")
+        if not sep or not key.strip() or price != price:
+            raise ConfigError(
+                f"malformed --price {item!r}: expected GPU=USD_PER_HOUR, e.g. h100-80gb=2.49"
+            )
+        if key.strip() in out:
+            raise ConfigError(f"--price {key.strip()!r} given twice")
+        out[key.strip()] = price
+    return out
 
 
 def match_gpu(memory_total: float, catalog: tuple[GpuType, ...] = GPU_CATALOG) -> GpuType | None:

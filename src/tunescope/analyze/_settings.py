@@ -280,6 +280,31 @@ class FindingSettings:
         "holds is reported idle ('most of the run').",
         OURS,
     )
+    idle_stretch_min_s: Setting = Setting(
+        300.0,
+        "s",
+        "Shortest stretch of consecutive idle samples (busy at or under idle_gpu_util_pct) "
+        "that counts as an idle stretch of a held GPU: in `tunescope usage` (idle GPU-hours) "
+        "and the idle_stretch finding.",
+        f"{OURS} (the issue: under 5% busy for at least 5 minutes)",
+        least=1.0,
+    )
+    # --- sweep waste
+    sweep_waste_pct: Setting = Setting(
+        30.0,
+        "%",
+        "Share of a run's GPU-hours held by pruned and failed trials at or above which the "
+        "sweep_waste finding reports the run.",
+        f"{OURS}: with ASHA's defaults (reduction factor 3) about two thirds of the trials "
+        "stop early yet hold far less than two thirds of the GPU-hours when pruning is timely",
+    )
+    sweep_waste_min_trials: Setting = Setting(
+        4,
+        "trials",
+        "Fewest ended trials of a run before sweep_waste judges it (a sweep, not one run).",
+        OURS,
+        least=1.0,
+    )
     # --- memory growth
     growth_min_pct: Setting = Setting(
         5.0,

@@ -23,6 +23,7 @@ from tunescope.cli._report import report
 from tunescope.cli._sync import spool_note
 from tunescope.cli._sync import sync as sync_spool
 from tunescope.cli._tokens import tokens
+from tunescope.cli._usage import usage
 from tunescope.errors import ConfigError
 from tunescope.metrics import CATALOG, metric
 from tunescope.store import (
@@ -626,6 +627,7 @@ def export(
 
 
 app.command(cls=Command)(report)
+app.command(cls=Command)(usage)
 app.add_typer(tokens)
 
 

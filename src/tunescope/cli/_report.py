@@ -14,27 +14,7 @@ from tunescope.cli._format import damage_warnings
 from tunescope.cli._input import StoreOpt, as_run
 from tunescope.errors import ConfigError
 
-__all__ = ["parse_prices", "report"]
-
-
-def parse_prices(items: list[str]) -> dict[str, float]:
-    """``KEY=USD`` pairs (GPU key from the catalog, USD per GPU-hour) into a dict;
-    ConfigError names a malformed item or a key given twice."""
-    out: dict[str, float] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        try:
-            price = float(raw)
-        except ValueError:
-            price = float("nan")
-        if not sep or not key.strip() or price != price:
-            raise ConfigError(
-                f"malformed --price {item!r}: expected GPU=USD_PER_HOUR, e.g. h100-80gb=2.49"
-            )
-        if key.strip() in out:
-            raise ConfigError(f"--price {key.strip()!r} given twice")
-        out[key.strip()] = price
-    return out
+__all__ = ["report"]
 
 
 def report(
@@ -106,6 +86,7 @@ def report(
         build_report,
         gpu_catalog,
         load_settings,
+        parse_prices,
         parse_workload,
         render_report,
         require_charts,

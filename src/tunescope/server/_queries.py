@@ -462,6 +462,11 @@ class FindingsCache:
         self._owners: Kept[int, str] = Kept(FINDINGS_KEPT)
         self._fair = _Fair()
 
+    @property
+    def settings(self) -> FindingSettings:
+        """The thresholds the rules judge by (the usage route's idle stretches too)."""
+        return self._settings if self._settings is not None else FindingSettings()
+
     def _usable(self, entry: _Entry | None, trial: TrialInfo) -> bool:
         if entry is None:
             return False

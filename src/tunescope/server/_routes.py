@@ -14,7 +14,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import JSONResponse, Response
 
-from tunescope.analyze import jsonable, serving_run, trial_end
+from tunescope.analyze import (
+    GROUPINGS,
+    cost_frontier,
+    group_rows,
+    jsonable,
+    parse_prices,
+    serving_run,
+    trial_end,
+    usage_of,
+)
+from tunescope.errors import ConfigError
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Mode, principal_of
 from tunescope.server._errors import ApiError, invalid, not_found
@@ -39,6 +49,7 @@ from tunescope.server._schema import (
     ErrorOut,
     EventsOut,
     FindingOut,
+    FrontierOut,
     HealthOut,
     MetricOut,
     ProjectOut,
@@ -50,16 +61,19 @@ from tunescope.server._schema import (
     TrialDetailOut,
     TrialMetricOut,
     TrialOut,
+    UsageOut,
     WindowOut,
 )
 from tunescope.server._serialize import (
     checkpoint_json,
     events_json,
+    frontier_json,
     metric_json,
     run_findings_json,
     run_json,
     scalar_json,
     trial_json,
+    usage_json,
     window_series_json,
 )
 from tunescope.store import EVENT_KINDS, EventsWindow, PooledStore, SeriesInfo, Store
@@ -191,6 +205,56 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         return _json(out)
 
     @router.get(
+        "/usage",
+        response_model=UsageOut,
+        responses=_ERRORS,
+        summary="GPU-hours held and busy, idle, memory, CPU and waste per group (docs/usage.md)",
+    )
+    def usage(
+        request: Request,
+        since: Annotated[float, Query(ge=-MAX_TIME_S, le=MAX_TIME_S, description="epoch s")],
+        until: Annotated[float, Query(ge=-MAX_TIME_S, le=MAX_TIME_S, description="epoch s")],
+        by: Annotated[
+            str, Query(max_length=NAME, description="groupings, comma-separated")
+        ] = "project",
+        group: Annotated[
+            str, Query(max_length=NAME, description="the daily chart's grouping")
+        ] = "project",
+        project: Annotated[
+            str | None, Query(max_length=NAME, description="only this project")
+        ] = None,
+        price: Annotated[
+            str,
+            Query(
+                max_length=4 * NAME,
+                description="hourly prices, MODEL=USD comma-separated (a recorded model name "
+                "or a right-size catalog key)",
+            ),
+        ] = "",
+    ) -> Response:
+        groups = [b for b in by.split(",") if b]
+        shown = visible_projects(store, principal_of(request), project)
+        try:
+            prices = parse_prices([p.strip() for p in price.split(",") if p.strip()])
+            got = usage_of(
+                store,
+                since,
+                until,
+                groups,
+                prices=prices,
+                settings=findings.settings,
+                now=time.time(),
+                projects=shown,
+            )
+            if group not in GROUPINGS:
+                raise ConfigError(f"unknown group {group!r}: use {', '.join(GROUPINGS)}")
+            keys = ["day"] if group == "day" else ["day", group]
+            days = group_rows((s for t in got.trials for s in t.slices), keys, prices)
+        except ConfigError as exc:
+            raise invalid(str(exc)) from None
+        return _json(usage_json(got, group, days))
+
+    @router.get(
         "/runs/{run}",
         response_model=RunDetailOut,
         responses=_ERRORS,
@@ -232,6 +296,16 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
             empty = {"ttft_s": None, "tpot_s": None, "e2el_s": None}
             return _json({"run": {"id": r.id, "name": r.name}, "slo": empty, "levels": []})
         return _json(jsonable(sr.to_dict()))
+
+    @router.get(
+        "/runs/{run}/frontier",
+        response_model=FrontierOut,
+        responses=_ERRORS,
+        summary="The sweep's cost frontier: objective against GPU-hours and peak GPU memory",
+    )
+    def run_frontier(request: Request, run: RunRef) -> Response:
+        r = resolve_run(store, run, principal_of(request))
+        return _json(frontier_json(cost_frontier(store, r.id, findings.settings)))
 
     @router.get(
         "/runs/{run}/trials",

@@ -23,6 +23,8 @@ __all__ = [
     "EventsOut",
     "FindingCountsOut",
     "FindingOut",
+    "FrontierOut",
+    "FrontierTrialOut",
     "HealthOut",
     "LoginIn",
     "LogoutOut",
@@ -42,6 +44,10 @@ __all__ = [
     "TrialDetailOut",
     "TrialMetricOut",
     "TrialOut",
+    "UsageDayOut",
+    "UsageOut",
+    "UsageRowOut",
+    "WastedTrialOut",
     "WindowOut",
 ]
 
@@ -367,3 +373,75 @@ class ServingOut(BaseModel):
     run: RunRefOut
     slo: SloOut = Field(description="the run's SLO (its first level's that has one)")
     levels: list[ServingLevelOut]
+
+
+class UsageRowOut(BaseModel):
+    """One group of ``tunescope usage`` (docs/usage.md): GPU- and core-seconds, shares in %."""
+
+    keys: dict[str, str | None] = Field(description="the grouping -> this row's value of it")
+    gpu_held_s: float = Field(description="GPU-seconds held")
+    gpu_busy_s: float = Field(description="held GPU-seconds weighted by the busy measure")
+    gpu_idle_s: float = Field(description="held GPU-seconds inside idle stretches")
+    busy_by: str | None = Field(description="sm_active, util, or sm_active+util")
+    mem_peak_pct: float | None
+    mem_mean_pct: float | None
+    cpu_core_s: float
+    cpu_quota_core_s: float
+    trials: int
+    failed_gpu_s: float
+    pruned_gpu_s: float
+    failed_pruned_pct: float | None
+    cost_usd: float | None = Field(description="null without a price for the row's GPUs")
+
+
+class UsageDayOut(BaseModel):
+    day: str = Field(description="UTC date, YYYY-MM-DD")
+    group: str | None = Field(description="the value of the chart's grouping")
+    held_s: float
+    busy_s: float
+
+
+class WastedTrialOut(BaseModel):
+    trial_id: int
+    trial: str
+    run_id: int
+    run: str
+    run_start: float = Field(description="the run's start (the trial page's time zero)")
+    project: str
+    held_s: float
+    busy_s: float
+    wasted_s: float = Field(description="held - busy GPU-seconds")
+    idle_device: str | None = Field(description="the GPU of the longest idle stretch")
+    idle_t0: float | None = Field(description="the longest idle stretch's start")
+    idle_t1: float | None = Field(description="its end")
+
+
+class UsageOut(BaseModel):
+    since: float
+    until: float
+    by: list[str]
+    group: str = Field(description="the grouping of ``days``")
+    rows: list[UsageRowOut]
+    days: list[UsageDayOut] = Field(description="held and busy GPU-seconds per UTC day and group")
+    wasted: list[WastedTrialOut] = Field(description="the ten trials that wasted most")
+
+
+class FrontierTrialOut(BaseModel):
+    trial_id: int
+    name: str
+    state: str
+    objective: float | None = Field(description="the first objective value, null without one")
+    gpu_hours: float = Field(description="GPU-hours held (attributed GPUs x its span)")
+    peak_gpu_mem: float | None = Field(description="bytes, null without gpu.mem")
+    on_hours_front: bool = Field(description="on the Pareto front of objective vs GPU-hours")
+    on_mem_front: bool = Field(description="on the front of objective vs peak GPU memory")
+
+
+class FrontierOut(BaseModel):
+    direction: str | None = Field(description="minimize or maximize; null: unknown (minimized)")
+    trials: list[FrontierTrialOut]
+    best_trial_id: int | None = Field(description="the best completed trial")
+    fit: dict[str, Any] | None = Field(
+        description="the best trial's right-size evidence (the right_size finding's), or null"
+    )
+    saying: str | None = Field(description="the best trial would have fit on X, at $Y ...")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunescope.analyze import Finding
+from tunescope.analyze import Finding, Frontier, Usage, UsageRow
 from tunescope.metrics import Metric
 from tunescope.store import Event, EventsWindow, RunInfo, Scalar, TrialInfo, Window
 
@@ -15,11 +15,13 @@ __all__ = [
     "checkpoint_json",
     "event_json",
     "events_json",
+    "frontier_json",
     "metric_json",
     "run_findings_json",
     "run_json",
     "scalar_json",
     "trial_json",
+    "usage_json",
     "window_series_json",
 ]
 
@@ -161,4 +163,85 @@ def checkpoint_json(e: Event) -> Json:
         "step": e.step,
         "path": path if isinstance(path, str) else None,
         "bytes": size if isinstance(size, int) and not isinstance(size, bool) else None,
+    }
+
+
+def _usage_row(r: UsageRow) -> Json:
+    out = r.to_dict()
+    return {"keys": dict(r.keys), **{k: v for k, v in out.items() if k not in r.keys}}
+
+
+def usage_json(u: Usage, group: str, days: list[UsageRow]) -> Json:
+    """``GET /api/usage``: the rows, the daily held and busy GPU-seconds by ``group`` (rows
+    grouped by day and ``group``), and the ten trials that wasted most."""
+    wasted = []
+    for t in u.most_wasted(10):
+        stretch = t.longest_stretch()
+        wasted.append(
+            {
+                "trial_id": t.trial.id,
+                "trial": t.trial.name,
+                "run_id": t.run.id,
+                "run": t.run.name,
+                "run_start": t.run.start,
+                "project": t.run.project,
+                "held_s": t.held_s,
+                "busy_s": t.busy_s,
+                "wasted_s": t.wasted_s,
+                "idle_device": None if stretch is None else stretch[0],
+                "idle_t0": None if stretch is None else stretch[1],
+                "idle_t1": None if stretch is None else stretch[2],
+            }
+        )
+    return {
+        "since": u.since,
+        "until": u.until,
+        "by": list(u.by),
+        "group": group,
+        "rows": [_usage_row(r) for r in u.rows],
+        "days": [
+            {
+                "day": d.keys["day"],
+                "group": d.keys[group],
+                "held_s": d.gpu_held_s,
+                "busy_s": d.gpu_busy_s,
+            }
+            for d in days
+        ],
+        "wasted": wasted,
+    }
+
+
+def frontier_json(f: Frontier) -> Json:
+    """``GET /api/runs/{run}/frontier``."""
+    fit = None
+    if f.fit is not None:
+        fit = {
+            "recommended": f.fit.best.to_dict(),
+            "current": None
+            if f.fit.current is None
+            else {"key": f.fit.current.key, "label": f.fit.current.label},
+            "gpus": f.fit.gpus,
+            "duration_h": f.fit.duration_h,
+            "cost_current_usd": f.fit.cost_current_usd,
+            "cost_recommended_usd": f.fit.cost_recommended_usd,
+        }
+    return {
+        "direction": f.direction,
+        "trials": [
+            {
+                "trial_id": p.trial.id,
+                "name": p.trial.name,
+                "state": p.trial.state,
+                "objective": p.objective,
+                "gpu_hours": p.gpu_hours,
+                "peak_gpu_mem": p.peak_gpu_mem,
+                "on_hours_front": p.on_hours_front,
+                "on_mem_front": p.on_mem_front,
+            }
+            for p in f.points
+        ],
+        "best_trial_id": None if f.best is None else f.best.id,
+        "fit": fit,
+        "saying": f.saying(),
     }

@@ -66,6 +66,7 @@ PUBLIC = {
         "SQLStore",
         "load",
         "ReplayStats",
+        "RetentionReport",
         "replay",
         "refused",
         "pending",

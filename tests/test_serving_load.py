@@ -250,6 +250,12 @@ def test_c_the_report_finds_the_missed_target_at_six_and_sizes_it(
         # the premise, measured: the target lies between the TTFTs at 2 and at 6
         assert (by["c2"].ttft.p99 or math.inf) <= slo < (by["c6"].ttft.p50 or 0), (slo, by)
         prompt = by["c6"].prompt_tokens / by["c6"].ok
+    # the table tunescope load printed is the analysis' figures (level_stats), one way
+    rows = {r.split()[0]: r.split() for r in sweep[2].splitlines()[1:]}
+    for name, st in by.items():
+        assert st.ttft.p99 is not None and st.goodput is not None
+        assert rows[name][6] == f"{st.ttft.p99 * 1000:.1f}ms"
+        assert rows[name][9] == f"{st.goodput:.2f}"
     p = cli("report", "llama", "--store", db)
     assert p.returncode == 0, p.stderr
     assert "Latency target missed at concurrency 6" in p.stdout

@@ -323,7 +323,7 @@ def engine_trial(store: Store, load: TrialInfo) -> TrialInfo | None:
 
 
 # ---------------------------------------------------------------------- parsing
-_SECONDS = {"ms": 1e-3, "us": 1e-6, "s": 1.0, "min": 60.0}
+_SECONDS = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "s": 1.0, "min": 60.0}
 
 
 def parse_seconds(raw: str, what: str) -> float:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,12 +27,25 @@ pytest.importorskip("xllamacpp", reason="the serve extra (make setup installs it
 pytest.importorskip("gguf", reason="the serve extra (make setup installs it)")
 
 import llamacpp_engine
+from browser_helpers import Server, after_draw, draws, ensure_built, serve, watched_page
 from tunescope.analyze import level_stats, serving_run
 from tunescope.serving import Scrape, detect, parse_exposition, parse_slots
 from tunescope.store import open_store
 
+pytest_plugins = ["browser_fixtures"]
+
 OUTPUT_TOKENS = 32
 REQUESTS = 18
+SHOT_NAME = "serving-tab.png"
+"""docs/serving.md's picture of the Serving tab, taken from this real run (`make screenshot`)."""
+SERVE_SERIES = {
+    "serve.running",
+    "serve.waiting",
+    "serve.requests_deferred",
+    "serve.prompt_tokens",
+    "serve.gen_tokens",
+}
+"""The engine's series a llama.cpp level has (this build exposes no KV-cache ratio)."""
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -76,7 +91,7 @@ def slo(engine: str, tmp_path_factory: pytest.TempPathFactory) -> float:
         (t,) = st.list_trials(st.get_run("calibrate").id)
         s = level_stats(st.all_events(t.id, kinds=["request"]))
     assert s.ttft.p99 is not None and s.e2el.p50 is not None
-    return math.sqrt(s.ttft.p99 * s.e2el.p50)
+    return max(1, round(1000 * math.sqrt(s.ttft.p99 * s.e2el.p50))) / 1000  # whole ms
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +114,7 @@ def sweep(
         "8",
         "--ignore-eos",
         "--slo",
-        f"ttft={slo * 1000:.3f}ms",
+        f"ttft={slo * 1000:.0f}ms",
         "--run",
         "llama",
         "--store",
@@ -262,7 +277,7 @@ def test_c_the_report_finds_the_missed_target_at_six_and_sizes_it(
     assert "Latency target missed at concurrency 2" not in p.stdout
     workload = (
         f"context={round(prompt) + OUTPUT_TOKENS},output={OUTPUT_TOKENS},concurrency=6,"
-        f"ttft={slo * 1000:.3f}ms"
+        f"ttft={slo * 1000:.0f}ms"
     )
     p = cli("report", "llama", "--store", db, "--workload", workload)
     assert p.returncode == 0, p.stderr
@@ -274,3 +289,65 @@ def test_c_the_report_finds_the_missed_target_at_six_and_sizes_it(
     assert figs["replicas"]["value"] == 3
     assert figs["slots_per_replica"]["value"] == llamacpp_engine.SLOTS
     assert figs["replicas"]["trial"] == figs["slots_per_replica"]["trial"] == "c2"
+
+
+@pytest.fixture(scope="module")
+def served(
+    sweep: tuple[str, float, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    ensure_built()
+    srv = serve(sweep[0], tmp_path_factory.mktemp("served") / "server.log")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.browser
+def test_d_the_serving_tab_on_the_real_run(
+    browser: Any, served: Server, sweep: tuple[str, float, str], slo: float, tmp_path: Path
+) -> None:
+    """Three levels, the SLO line, a level opening its trial where Select Metric lists the
+    engine's serve.* series and draws one. The Serving tab's picture in docs/serving.md is
+    taken here (into a temporary folder; `make screenshot` into docs/img)."""
+    with open_store(sweep[0]) as st:
+        ids = {t.name: t.id for t in st.list_trials(st.get_run("llama").id)}
+        have = {s.metric for s in st.list_series(ids["c6"])}
+    assert have >= SERVE_SERIES
+    problems: list[str] = []
+    with watched_page(browser, served.base, problems) as pg:
+        pg.goto("/#/runs/llama")
+        tab = pg.get_by_role("tab", name="Serving")
+        tab.click()
+        pg.wait_for_function("() => window.__tunescope.serving !== null")
+        info = pg.evaluate("() => window.__tunescope.serving")
+        assert info["levels"] == [1, 2, 6]
+        assert info["charts"]["ttft"]["slo"] == pytest.approx(slo, rel=1e-4)
+        assert info["charts"]["tpot"]["slo"] is None
+        for chart in ("ttft", "tpot", "e2el", "throughput"):
+            pg.locator(f'[data-serving-chart="{chart}"] canvas').first.wait_for()
+        line = pg.locator('[data-serving-chart="ttft"] [data-line^="SLO "]')
+        assert line.count() == 1
+        assert line.get_attribute("data-line") == f"SLO {slo * 1000:.0f} ms"
+        rows = pg.locator(".serving-tab table tbody tr")
+        assert rows.count() == 3
+        names = [rows.nth(i).locator("td").nth(1).inner_text() for i in range(3)]
+        assert names == ["c1", "c2", "c6"]
+        folder = Path(os.environ.get("TUNESCOPE_SCREENSHOTS") or tmp_path)
+        folder.mkdir(parents=True, exist_ok=True)
+        pg.mouse.move(0, 0)
+        pg.screenshot(path=str(folder / SHOT_NAME), full_page=True)
+        assert (folder / SHOT_NAME).stat().st_size > 20_000
+        # c6 opens its trial on the Resource Utilization tab
+        pg.get_by_role("link", name="c6", exact=True).click()
+        pg.get_by_role("tab", name="Resource Utilization").wait_for()
+        pg.wait_for_function(
+            "id => document.querySelector('#select-trials')?.value === String(id)",
+            arg=ids["c6"],
+        )
+        metric = pg.get_by_label("Select Metric", exact=True)
+        listed = set(metric.locator("option").evaluate_all("os => os.map(o => o.value)"))
+        assert listed >= SERVE_SERIES
+        n = draws(pg)
+        metric.select_option("serve.waiting")
+        drawn = after_draw(pg, n, metric="serve.waiting")
+        assert drawn["trial"] == ids["c6"]
+        assert sum(x["count"] for x in drawn["series"]) > 0

@@ -125,9 +125,12 @@ def sweep(
 
 
 def test_a_level_is_a_trial_and_a_request_an_event(
-    sweep: tuple[str, float, str], slo: float
+    sweep: tuple[str, float, str], slo: float, model: Path
 ) -> None:
     db, _, stdout = sweep
+    import gguf
+
+    tensors = gguf.GGUFReader(model).tensors  # the model's size as its file says
     with open_store(db) as st:
         trials = st.list_trials(st.get_run("llama").id)
         assert [t.name for t in trials] == ["c1", "c2", "c6"]
@@ -139,6 +142,10 @@ def test_a_level_is_a_trial_and_a_request_an_event(
             assert t.params["engine.slots"] == llamacpp_engine.SLOTS
             assert t.params["slo.ttft_s"] == pytest.approx(slo, rel=1e-4)
             assert t.params["load.output_tokens"] == OUTPUT_TOKENS
+            # the model's size as the server says it (llama.cpp's /v1/models meta), for sizing
+            assert t.params["model.weights_bytes"] == sum(int(x.n_bytes) for x in tensors)
+            assert t.params["model.n_params"] == sum(int(x.n_elements) for x in tensors)
+            assert t.params["model.n_embd"] == llamacpp_engine.WIDTH
             events = st.all_events(t.id, kinds=["request"])
             assert sorted(e.step for e in events) == list(range(REQUESTS))
             for e in events:
@@ -289,6 +296,18 @@ def test_c_the_report_finds_the_missed_target_at_six_and_sizes_it(
     assert figs["replicas"]["value"] == 3
     assert figs["slots_per_replica"]["value"] == llamacpp_engine.SLOTS
     assert figs["replicas"]["trial"] == figs["slots_per_replica"]["trial"] == "c2"
+    # memory per replica: the weights the server reported (a load param) and the KV cache of
+    # the model's shape, given: llama.cpp does not say its layers and heads
+    assert "give kv_per_token=" in figs["memory_per_replica"]["note"]
+    with open_store(db) as st:
+        weights = st.list_trials(st.get_run("llama").id)[0].params["model.weights_bytes"]
+    heads, dim = llamacpp_engine.HEADS, llamacpp_engine.WIDTH // llamacpp_engine.HEADS
+    shape = f",layers={llamacpp_engine.LAYERS},kv_heads={heads},head_dim={dim},kv_dtype_bytes=2"
+    p = cli("report", "llama", "--store", db, "--workload", workload + shape, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    mem = json.loads(p.stdout)["sizing"]["figures"]["memory_per_replica"]
+    kv = 2 * llamacpp_engine.LAYERS * heads * dim * 2  # K and V, f16
+    assert mem["value"] == weights + kv * (round(prompt) + OUTPUT_TOKENS) * 2
 
 
 @pytest.fixture(scope="module")

@@ -99,9 +99,11 @@ format: setup
 	$(BIN)/ruff format src tests bench hatch_build.py
 	$(BIN)/ruff check --fix src tests bench hatch_build.py
 
-# the README's picture, from a real demo run (tests write theirs to a temporary folder)
+# the README's picture, from a real demo run, and docs/serving.md's, from a real llama.cpp
+# sweep (tests write theirs to a temporary folder)
 screenshot: setup browser
 	TUNESCOPE_SCREENSHOTS=docs/img $(BIN)/pytest -q tests/test_browser_demo.py -k readme_screenshot
+	TUNESCOPE_SCREENSHOTS=docs/img $(BIN)/pytest -q tests/test_serving_load.py -k serving_tab
 
 bench: setup browser
 	$(BIN)/python bench/run.py

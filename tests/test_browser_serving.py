@@ -1,7 +1,8 @@
 """The Serving tab in a real Chromium, on a load run made per SERVING_CONTRACT (the synthetic
 engine of tests/serving_helpers.py) served by the real app: three levels in the charts and the
 table, the SLO drawn as a line, and a level's link opening its trial on the Resource
-Utilization tab. A training run shows no Serving tab."""
+Utilization tab, where Select Metric lists the engine's serve.* series. A training run shows
+no Serving tab."""
 
 from __future__ import annotations
 
@@ -77,6 +78,10 @@ def test_serving_tab_levels_slo_and_a_level_opens_its_trial(
         "id => document.querySelector('#select-trials')?.value === String(id)", arg=ids[6]
     )
     assert f"trial={ids[6]}" in spage.url and "/resources" in spage.url
+    # where Select Metric lists the engine's series the level has
+    listed = spage.get_by_label("Select Metric", exact=True).locator("option")
+    values = set(listed.evaluate_all("os => os.map(o => o.value)"))
+    assert values >= {"serve.running", "serve.waiting", "serve.kv_use", "serve.gen_tokens"}
 
 
 def test_no_serving_tab_on_other_runs(spage: Any) -> None:

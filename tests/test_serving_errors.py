@@ -60,11 +60,11 @@ def test_a_server_that_is_not_openai_compatible_is_refused(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--slo", "ttft"], "expected KEY=DURATION"),
-        (["--slo", "ttft=fast"], "expected a duration"),
-        (["--slo", "latency=1s"], "unknown key 'latency'"),
-        (["--slo", "ttft=1s,ttft=2s"], "ttft given twice"),
-        (["--slo", "tpot=-5ms"], "expected a duration"),
+        (["--slo", "ttft"], "malformed --slo item 'ttft': expected KEY=VALUE"),
+        (["--slo", "ttft=fast"], "--slo ttft: 'fast' is not a time > 0"),
+        (["--slo", "latency=1s"], "unknown --slo key 'latency'"),
+        (["--slo", "ttft=1s,ttft=2s"], "--slo key 'ttft' given twice"),
+        (["--slo", "tpot=-5ms"], "--slo tpot: '-5ms' is not a time > 0"),
         (["--concurrency", "0,2"], "out of range"),
         (["--concurrency", "1.5"], "not a whole number"),
         (["--concurrency", "2,2"], "given twice"),

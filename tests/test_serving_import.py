@@ -6,6 +6,7 @@ fixture-*.json, each saying so in its ``_fixture`` key): none of the three runs 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tunescope.analyze import serving_run
 from tunescope.store import open_store
 
 FIX = Path(__file__).parent / "fixtures" / "serving"
@@ -99,6 +101,56 @@ def test_aiperf_profile_export(tmp_path: Path) -> None:
     assert s["load.goodput"] == 6.0 and s["load.output_throughput"] == 832.0
     assert s["load.ttft_p99_s"] == pytest.approx(0.260)
     assert s["load.e2el_p50_s"] == pytest.approx(1.150)
+
+
+def test_imported_summaries_are_levels_of_the_analysis(tmp_path: Path) -> None:
+    """Levels without request events are read from their summary scalars: the serving
+    analysis (the Serving tab's data, findings), the report's table and the sizing."""
+    db = tmp_path / "s.db"
+    for tool, f, run in (
+        ("vllm-bench", "fixture-vllm-bench-c1.json", "v"),
+        ("aiperf", "fixture-aiperf.json", "a"),
+        ("guidellm", "fixture-guidellm.json", "g"),
+    ):
+        p = cli("import", tool, str(FIX / f), "--run", run, "--store", str(db))
+        assert p.returncode == 0, p.stderr
+    with open_store(str(db)) as st:
+        v = serving_run(st, "v")
+        g = serving_run(st, "g")
+    assert v is not None and g is not None
+    (c1,) = v.levels
+    s = c1.stats
+    assert (s.requests, s.ok, s.errors, s.duration_s) == (100, 100, 0, 50.0)
+    assert (s.ttft.p50, s.ttft.p90, s.ttft.p99) == pytest.approx((0.038, 0.045, 0.060))
+    assert s.ttft.mean == pytest.approx(0.040) and s.ttft.n == 100
+    assert s.e2el.p99 == pytest.approx(0.560) and s.itl.p50 == pytest.approx(0.0035)
+    assert s.request_throughput == 2.0 and s.output_throughput == 256.0
+    assert s.goodput == 1.9 and s.good == 95
+    # tokens: the tool's throughputs over its duration (the file's totals: 12800 and 51200)
+    assert s.completion_tokens == 12_800 and s.prompt_tokens == 51_200
+    # guidellm: c1 from its requests (3, one failed), c4 (no requests in the file) from its
+    # summary
+    by = {lv.trial.name: lv.stats for lv in g.levels}
+    assert (by["c1"].requests, by["c1"].ok) == (3, 2)
+    _, c4, events = levels(db, "g")["c4"]
+    assert events == [] and by["c4"].ok == c4["load.requests_ok"] > 0
+    assert by["c4"].ttft.p50 == pytest.approx(c4["load.ttft_p50_s"])
+
+    p = cli("report", "v", "--store", str(db))
+    assert p.returncode == 0, p.stderr
+    (row,) = [line.split() for line in p.stdout.splitlines() if line.startswith("  c1")]
+    assert row[:5] == ["c1", "c1", "100/0", "38/60", "ms"]
+    # sizing from the imported AIPerf level: 8 concurrent per replica meet ttft 300 ms
+    work = "context=1024,output=128,concurrency=16,ttft=300ms"
+    p = cli("report", "a", "--store", str(db), "--workload", work, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    figs = json.loads(p.stdout)["sizing"]["figures"]
+    assert figs["good_load_per_replica"]["value"] == 8
+    assert figs["replicas"]["value"] == 2 and figs["replicas"]["trial"] == "c8"
+    # under a tighter target (p99 TTFT 260 ms) no level is good
+    p = cli("report", "a", "--store", str(db), "--workload", work.replace("300", "200"))
+    assert p.returncode == 0, p.stderr
+    assert "no level meets the SLO, not even c8" in p.stdout
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ from tunescope.analyze._serving import (
     level_stats,
     parse_slo,
     serving_run,
+    summary_stats,
 )
 from tunescope.analyze._settings import (
     EffectiveSettings,
@@ -124,6 +125,7 @@ __all__ = [
     "size_workload",
     "summarize_metric",
     "summarize_trial",
+    "summary_stats",
     "to_dict",
     "trial_duration",
     "trial_end",

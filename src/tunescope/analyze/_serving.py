@@ -12,6 +12,11 @@ every gap of every stream); request and token throughput over the level's durati
 request sent to last request done); goodput: successful requests per second whose TTFT, TPOT
 and E2EL each meet the SLO given (a request of one output token counts TPOT 0).
 :func:`serving_run` reads every level of a run, sorted by level. Times are seconds.
+
+A level imported from another load tester (``tunescope import``) without per-request events
+carries the tool's summary as ``load.*`` scalars instead (docs/serving.md, "Importing"):
+:func:`summary_stats` reads its figures from them, so the page, the findings and the sizing
+treat it as any level (its token counts are the tool's throughputs times its duration).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ __all__ = [
     "parse_seconds",
     "parse_slo",
     "serving_run",
+    "summary_stats",
 ]
 
 REQUEST = "request"
@@ -216,6 +222,58 @@ def level_stats(events: Iterable[Event], slo: Slo | None = None) -> LevelStats:
     )
 
 
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+SUMMARY = "load."
+"""The prefix of an imported level's summary scalars."""
+
+
+def summary_stats(scalars: Mapping[str, float], goodput: bool = True) -> LevelStats:
+    """The figures of a level imported as its summary: ``load.requests_ok``,
+    ``load.requests_error``, ``load.duration_s``, ``load.request_throughput``,
+    ``load.output_throughput``, ``load.total_token_throughput``, ``load.goodput`` and
+    ``load.{ttft,tpot,itl,e2el}_{mean,p50,p90,p99}_s``, each where the tool gave it. A
+    distribution's ``n`` is the successful requests. ``goodput``: whether the tool's goodput
+    applies (its SLO is the one asked for)."""
+
+    def get(name: str) -> float | None:
+        return _num(scalars.get(SUMMARY + name))
+
+    ok = int(get("requests_ok") or 0)
+    errors = int(get("requests_error") or 0)
+    duration = get("duration_s")
+
+    def dist(lat: str) -> Dist:
+        mean, p50, p90, p99 = (get(f"{lat}_{stat}_s") for stat in ("mean", "p50", "p90", "p99"))
+        given = any(v is not None for v in (mean, p50, p90, p99))
+        return Dist(ok if given else 0, mean, p50, p90, p99)
+
+    req_tp = get("request_throughput")
+    if req_tp is None and duration:
+        req_tp = ok / duration
+    out_tp, total_tp = get("output_throughput"), get("total_token_throughput")
+    per = duration or 0.0
+    completion = round(out_tp * per) if out_tp is not None else 0
+    prompt = round(total_tp * per) - completion if total_tp is not None else 0
+    good_tp = get("goodput") if goodput else None
+    return LevelStats(
+        requests=ok + errors,
+        ok=ok,
+        errors=errors,
+        duration_s=duration,
+        ttft=dist("ttft"),
+        tpot=dist("tpot"),
+        itl=dist("itl"),
+        e2el=dist("e2el"),
+        prompt_tokens=max(0, prompt),
+        completion_tokens=completion,
+        request_throughput=req_tp,
+        output_throughput=out_tp,
+        total_token_throughput=total_tp,
+        good=round(good_tp * per) if good_tp is not None and duration else None,
+        goodput=good_tp,
+    )
+
+
 # ---------------------------------------------------------------------- a load run
 def is_load_trial(t: TrialInfo) -> bool:
     """Whether ``t`` is a level of a load run (its params hold ``load.mode``)."""
@@ -253,11 +311,26 @@ class Level:
         }
 
 
+def _summary_scalars(store: Store, t: TrialInfo) -> dict[str, float]:
+    """An imported level's ``load.*`` summary scalars (the newest of each name)."""
+    out: dict[str, float] = {}
+    for sc in sorted(store.scalars(t.id), key=lambda sc: sc.t):
+        if sc.name.startswith(SUMMARY):
+            out[sc.name] = sc.value
+    return out
+
+
 def read_level(store: Store, t: TrialInfo, slo: Slo | None = None) -> Level:
-    """One load trial as a :class:`Level` (goodput under ``slo``, by default its own)."""
+    """One load trial as a :class:`Level` (goodput under ``slo``, by default its own; an
+    imported level's goodput is the tool's, under its own SLO only)."""
     own = Slo.of_params(t.params)
     use = slo if slo is not None else own
-    stats = level_stats(store.all_events(t.id, kinds=[REQUEST]), use)
+    events = store.all_events(t.id, kinds=[REQUEST])
+    summary = {} if events else _summary_scalars(store, t)
+    if summary:  # imported as the tool's summary: no request to count
+        stats = summary_stats(summary, goodput=slo is None or slo == own)
+    else:
+        stats = level_stats(events, use)
     level = _num(t.params.get("load.level"))
     return Level(t, str(t.params["load.mode"]), math.nan if level is None else level, own, stats)
 
@@ -323,7 +396,7 @@ def engine_trial(store: Store, load: TrialInfo) -> TrialInfo | None:
 
 
 # ---------------------------------------------------------------------- parsing
-_SECONDS = {"ms": 1e-3, "us": 1e-6, "s": 1.0, "min": 60.0}
+_SECONDS = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "s": 1.0, "min": 60.0}
 
 
 def parse_seconds(raw: str, what: str) -> float:

@@ -20,21 +20,20 @@ import sys
 import time
 
 from tunescope import _clock
+from tunescope.analyze import Slo, level_stats, parse_slo
 from tunescope.errors import ConfigError, NotFound
 from tunescope.serving import (
-    EngineInfo,
     LevelResult,
     LoadConfig,
     LoadError,
     Origin,
     TokenSpec,
     parse_levels,
-    parse_slo,
     probe,
     read_prompts,
     run_sweep,
 )
-from tunescope.store import absolute_url, open_store, os_user, project_of, redact
+from tunescope.store import Event, absolute_url, open_store, os_user, project_of, redact
 
 __all__ = ["load_command"]
 
@@ -99,7 +98,8 @@ def load_command(
         raise ConfigError(f"--api {api!r}: use completions or chat")
     if requests is None and seconds is None:
         requests = DEFAULT_REQUESTS
-    slos = parse_slo(slo)
+    target = parse_slo(slo) if slo is not None else Slo()
+    slos = {k[:-2]: v for k, v in target.to_dict().items() if v is not None}
     p_tok = TokenSpec.parse(prompt_tokens, "--prompt-tokens")
     o_tok = TokenSpec.parse(output_tokens, "--output-tokens")
     prompt_list = read_prompts(prompts) if prompts is not None else None
@@ -172,7 +172,7 @@ def load_command(
                 file=sys.stderr,
             )
             print(_HEADER)
-            results = run_sweep(cfg, info, lambda r: print(_row(r, cfg, info), flush=True))
+            results = run_sweep(cfg, info, lambda r: print(_row(r, target), flush=True))
         finally:
             if engine is not None:
                 engine.stop()
@@ -196,41 +196,22 @@ _HEADER = (
 )
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    pos = (len(v) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
-
-
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.1f}ms"
 
 
-def _row(r: LevelResult, cfg: LoadConfig, info: EngineInfo) -> str:
-    """A minimal per-level summary (the serving analysis' level_stats replaces it)."""
-    ok = [x for x in r.results if x.ok]
-    dur = max(1e-9, r.end - r.start)
-    out_tok = sum(x.completion_tokens or 0 for x in ok)
-    good = [
-        x
-        for x in ok
-        if all(
-            (v is not None and v <= cfg.slo[k])
-            for k, v in (("ttft", x.ttft), ("tpot", x.tpot), ("e2el", x.e2el))
-            if k in cfg.slo
-        )
-    ]
-    ttft = [x.ttft for x in ok if x.ttft is not None]
-    tpot = [x.tpot for x in ok if x.tpot is not None]
+def _per_s(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _row(r: LevelResult, slo: Slo) -> str:
+    """One level's line of the table, from the serving analysis' :func:`level_stats` of its
+    requests (as they are stored: one ``request`` event each), goodput under ``slo``."""
+    s = level_stats([Event(0, *x.event()) for x in r.results], slo)
     line = (
-        f"{r.name:>8} {len(ok):>6} {len(r.results) - len(ok):>5} {len(ok) / dur:>8.2f} "
-        f"{out_tok / dur:>10.1f} {_ms(_pct(ttft, 50)):>9} {_ms(_pct(ttft, 99)):>9} "
-        f"{_ms(_pct(tpot, 50)):>9} {_ms(_pct([x.e2el for x in ok], 50)):>9} "
-        f"{(len(good) / dur if cfg.slo else float('nan')):>8.2f}"
+        f"{r.name:>8} {s.ok:>6} {s.errors:>5} {_per_s(s.request_throughput, 2):>8} "
+        f"{_per_s(s.output_throughput, 1):>10} {_ms(s.ttft.p50):>9} {_ms(s.ttft.p99):>9} "
+        f"{_ms(s.tpot.p50):>9} {_ms(s.e2el.p50):>9} {_per_s(s.goodput, 2):>8}"
     )
     return line + ("  FAILED" if r.failed else "")
 

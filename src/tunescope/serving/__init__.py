@@ -33,9 +33,7 @@ from tunescope.serving._load import (
 from tunescope.serving._spec import (
     Prompt,
     TokenSpec,
-    parse_duration,
     parse_levels,
-    parse_slo,
     read_prompts,
 )
 
@@ -61,10 +59,8 @@ __all__ = [
     "TokenSpec",
     "detect",
     "import_levels",
-    "parse_duration",
     "parse_exposition",
     "parse_levels",
-    "parse_slo",
     "parse_slots",
     "probe",
     "read_levels",

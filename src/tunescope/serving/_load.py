@@ -72,6 +72,9 @@ class EngineInfo:
     version: str | None
     slots: int | None
     metrics_ok: bool
+    dims: dict[str, int] = field(default_factory=dict)
+    """The model's size as the server says it (``model.weights_bytes``, ``model.n_params``,
+    ``model.n_embd``: llama.cpp's ``meta`` of ``/v1/models``), for sizing."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,7 @@ async def _probe(cfg: LoadConfig) -> EngineInfo:
                 f"{'' if status != 200 else ' without a model list'})"
             )
         model = cfg.model or (models[0] if models else None)
+        dims = _model_dims(doc, model)
         engine = version = None
         slots: int | None = None
         metrics_ok = False
@@ -219,9 +223,27 @@ async def _probe(cfg: LoadConfig) -> EngineInfo:
         if engine is None and "llamacpp" in body.decode("utf-8", "replace"):
             engine = "llamacpp"
         version, slots = await _engine_details(conn, cfg.origin, engine)
-        return EngineInfo(model, engine, version, slots, metrics_ok)
+        return EngineInfo(model, engine, version, slots, metrics_ok, dims)
     finally:
         conn.close()
+
+
+MODEL_DIMS = {"size": "model.weights_bytes", "n_params": "model.n_params", "n_embd": "model.n_embd"}
+"""llama.cpp's ``meta`` keys of a ``/v1/models`` entry, by the trial param they become."""
+
+
+def _model_dims(doc: Any, model: str | None) -> dict[str, int]:
+    """The served model's dimensions from its ``/v1/models`` entry's ``meta`` (llama.cpp:
+    ``size``, the bytes of its weights; ``n_params``; ``n_embd``); empty where not said."""
+    for m in doc.get("data") or ():
+        meta = m.get("meta") if isinstance(m, dict) else None
+        if isinstance(meta, dict) and (model is None or str(m.get("id")) == model):
+            return {
+                param: v
+                for key, param in MODEL_DIMS.items()
+                if isinstance(v := meta.get(key), int) and not isinstance(v, bool) and v > 0
+            }
+    return {}
 
 
 async def _json_at(conn: Connection, path: str) -> Any:
@@ -598,6 +620,7 @@ def _params(cfg: LoadConfig, info: EngineInfo, level: float) -> dict[str, Any]:
         "load.seconds": cfg.seconds,
         "engine.slots": info.slots,
         "engine.trial_key": cfg.engine_trial_key,
+        **{param: info.dims.get(param) for param in MODEL_DIMS.values()},
     }
 
 

@@ -1,13 +1,14 @@
 """What people type for a load sweep, parsed and checked before anything is sent or written:
-levels, token counts (fixed or a distribution), SLOs and prompt files. Each parser raises
-:class:`~tunescope.errors.ConfigError` naming what was wrong."""
+levels, token counts (fixed or a distribution) and prompt files. Each parser raises
+:class:`~tunescope.errors.ConfigError` naming what was wrong. (``--slo`` is parsed by the
+serving analysis' ``tunescope.analyze.parse_slo``, the one parser of ``--slo`` and
+``--workload``.)"""
 
 from __future__ import annotations
 
 import json
 import math
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,18 +19,13 @@ __all__ = [
     "MAX_LEVELS",
     "Prompt",
     "TokenSpec",
-    "parse_duration",
     "parse_levels",
-    "parse_slo",
     "read_prompts",
     "synthetic_prompt",
 ]
 
 MAX_LEVELS = 64
 """The most load levels one sweep takes."""
-SLO_KEYS = ("ttft", "tpot", "e2el")
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s|min)?\s*$")
-_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, None: 1.0}
 
 
 def parse_levels(text: str, option: str, *, integer: bool, limit: float) -> list[float]:
@@ -55,35 +51,6 @@ def parse_levels(text: str, option: str, *, integer: bool, limit: float) -> list
         out.append(float(int(v)) if integer else v)
     if len(out) > MAX_LEVELS:
         raise ConfigError(f"{option} {text!r}: at most {MAX_LEVELS} levels")
-    return out
-
-
-def parse_duration(text: str, what: str) -> float:
-    """``500ms``, ``0.5s``, ``2`` (seconds), ``250us``, ``1min`` into seconds (> 0)."""
-    m = _DURATION.match(text)
-    if m is None:
-        raise ConfigError(f"{what} {text!r}: expected a duration such as 500ms, 2s or 1min")
-    v = float(m.group(1)) * _UNITS[m.group(2)]
-    if not math.isfinite(v) or v <= 0:
-        raise ConfigError(f"{what} {text!r}: must be above 0")
-    return v
-
-
-def parse_slo(text: str | None) -> dict[str, float]:
-    """``ttft=500ms,tpot=50ms,e2el=10s`` into seconds by key (any of the three, each once)."""
-    if text is None:
-        return {}
-    out: dict[str, float] = {}
-    for item in text.split(","):
-        key, sep, val = item.partition("=")
-        key = key.strip().lower()
-        if not sep or not val.strip():
-            raise ConfigError(f"--slo {text!r}: expected KEY=DURATION items, e.g. ttft=500ms")
-        if key not in SLO_KEYS:
-            raise ConfigError(f"--slo {text!r}: unknown key {key!r} (use {', '.join(SLO_KEYS)})")
-        if key in out:
-            raise ConfigError(f"--slo {text!r}: {key} given twice")
-        out[key] = parse_duration(val.strip(), f"--slo {key}")
     return out
 
 

@@ -115,7 +115,7 @@ PEERS_STAMP := $(PEERS_VENV)/.installed
 $(PEERS_STAMP): pyproject.toml
 	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q --upgrade pip
-	$(PEERS_VENV)/bin/pip install -q -e . wandb mlflow psutil
+	$(PEERS_VENV)/bin/pip install -q -e . wandb mlflow psutil torch
 	touch $(PEERS_STAMP)
 
 bench-peers: $(PEERS_STAMP)

@@ -157,7 +157,7 @@ PSS_REFRESH_SOLO_S = 60.0
 PSS_SHARE = 0.001
 """Share of a core the full PSS reads may take on average (rule 3 of the module doc)."""
 
-PSS_DRIFT = 0.01
+PSS_DRIFT = 0.02
 """Drift bound: the share of the tree's memory the estimate may be off by before a full read."""
 
 PSS_DRIFT_FLOOR = float(1 << 20)

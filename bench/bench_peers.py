@@ -606,7 +606,7 @@ def phase_mlflow(work: str, interval: float, seconds: float, d: Path) -> dict[st
         assert any(t.name == "SystemMetricsMonitor" for t in threading.enumerate())
         out = _measure(
             work, seconds, lambda i: mlflow.log_metric("loss", 1.0 / (i + 1), step=i), [],
-            before, (300, 20),
+            before, (60, 10),
         )  # fmt: skip
     hist = MlflowClient(uri).get_metric_history(
         run.info.run_id, "system/system_memory_usage_megabytes"

@@ -120,20 +120,27 @@ FIRST = textwrap.dedent(
 
 
 @contextlib.contextmanager
-def big(size: int) -> Iterator[int]:
-    """One process holding ``size`` bytes of its own memory, moving 8 MiB every 0.5 s."""
+def session(args: list[str], ups: int) -> Iterator[int]:
+    """``python -c ARGS...`` in a session of its own, once it printed ``up`` ``ups`` times;
+    yields its pid, and kills the whole session at the end."""
     p = subprocess.Popen(
-        [sys.executable, "-c", BIG, str(size)], stdout=subprocess.PIPE, start_new_session=True
+        [sys.executable, "-c", *args], stdout=subprocess.PIPE, start_new_session=True
     )
     try:
         assert p.stdout is not None
-        if p.stdout.readline() != b"up\n":
-            raise RuntimeError("the big process did not start")
+        for _ in range(ups):
+            if p.stdout.readline() != b"up\n":
+                raise RuntimeError("the processes measured did not start")
         yield p.pid
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)  # the session this bench started
         p.wait()
+
+
+def big(size: int) -> contextlib.AbstractContextManager[int]:
+    """One process holding ``size`` bytes of its own memory, moving 8 MiB every 0.5 s."""
+    return session([BIG, str(size)], 1)
 
 
 @contextlib.contextmanager
@@ -147,21 +154,10 @@ def tree(n: int, shm_bytes: int = 0) -> Iterator[int]:
             os.posix_fallocate(fd, 0, shm_bytes)
         finally:
             os.close(fd)
-    p = subprocess.Popen(
-        [sys.executable, "-c", TREE, str(n), str(shm_bytes), path or "-"],
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
     try:
-        assert p.stdout is not None
-        for _ in range(n):
-            if p.stdout.readline() != b"up\n":
-                raise RuntimeError("the process tree did not start")
-        yield p.pid
+        with session([TREE, str(n), str(shm_bytes), path or "-"], n) as pid:
+            yield pid
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)  # the session this bench started
-        p.wait()
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)

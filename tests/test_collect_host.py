@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -297,6 +298,32 @@ def _quiet(pids: set[int]) -> None:
     raise AssertionError(f"processes {pids} never went quiet")
 
 
+class _Steps:
+    """Drives a process that answers ``done`` to each word and checks its probe: each call
+    sends ``word`` (none: only a sample), samples ``probe`` one second of probe time after the
+    last, and asserts cpu.mem within ``within(truth)`` of a fresh PSS read of every process of
+    the tree. ``t``: the probe time, to move on by hand."""
+
+    def __init__(self, root: Proc, probe: HostProbe, within: Callable[[float], float]) -> None:
+        self.root, self.probe, self.within, self.t = root, probe, within, 0.0
+
+    def __call__(self, word: str | None) -> float:
+        if word is not None:
+            self.root.send(word)
+            assert self.root.expect(timeout=60) == "done"
+        self.t += 1.0
+        mem = self.probe.sample(self.t)["cpu.mem"]
+        truth = _pss_now(self.probe.current_pids)
+        assert abs(mem - truth) <= self.within(truth), (word, mem, truth)
+        return mem
+
+
+def _within_3_percent(truth: float) -> float:
+    from tunescope.collect import _host
+
+    return max(0.03 * truth, _host.PSS_DRIFT_FLOOR)
+
+
 def _counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths ``_read_pss`` reads from now on, in order."""
     from tunescope.collect import _host
@@ -328,17 +355,7 @@ def test_pss_is_read_in_full_by_the_rules(
     assert root.expect() == "up"
     probe = HostProbe(root.p.pid)
     request.addfinalizer(probe.close)  # its descriptors, whatever the outcome
-    t = 0.0
-
-    def step(word: str | None) -> float:
-        nonlocal t
-        if word is not None:
-            root.send(word)
-            assert root.expect() == "done"
-        t += 1.0
-        mem = probe.sample(t)["cpu.mem"]
-        assert abs(mem - _pss_now(probe.current_pids)) <= 1 * MIB, word
-        return mem
+    step = _Steps(root, probe, lambda truth: 1 * MIB)
 
     base = step(None)
     assert len(reads) == probe.pss_reads == 1
@@ -352,7 +369,7 @@ def test_pss_is_read_in_full_by_the_rules(
     step(None)  # what they did after answering
     n = len(reads)
     assert step(None) == pytest.approx(forked, abs=1 * MIB)
-    t += _host.PSS_REFRESH_S
+    step.t += _host.PSS_REFRESH_S
     step(None)
     assert len(reads) == n  # past the period, but no budget
     monkeypatch.setattr(_host, "PSS_SHARE", 1.0)  # reads this small: always within budget
@@ -452,38 +469,27 @@ def test_forked_workers_memory_is_within_3_percent_of_pss_at_every_sample(
     assert root.expect(timeout=60) == "up"
     probe = HostProbe(root.p.pid)
     request.addfinalizer(probe.close)  # its descriptors, whatever the outcome
-    t = 0.0
+    step = _Steps(root, probe, _within_3_percent)
 
-    def step(who: str, word: str | None) -> float:
-        nonlocal t
-        if word is not None:
-            root.send(f"{who} {word}")
-            assert root.expect(timeout=60) == "done"
-        t += 1.0
-        mem = probe.sample(t)["cpu.mem"]
-        truth = _pss_now(probe.current_pids)
-        assert abs(mem - truth) <= max(0.03 * truth, _host.PSS_DRIFT_FLOOR), (word, mem, truth)
-        return mem
-
-    start = step("", None)
+    start = step(None)
     assert len(probe.current_pids) == 5
     assert 512 * MIB <= start <= 1.15 * 512 * MIB  # the shared pages counted once
-    read = step("workers", "read")
+    read = step("workers read")
     assert read == pytest.approx(start, rel=0.03)  # mapping shared pages adds nothing
-    cow = step("workers", "cow")
+    cow = step("workers cow")
     assert cow >= read + 56 * MIB  # 4 x 16 MiB copied
-    alloc = step("workers", "alloc")
+    alloc = step("workers alloc")
     assert alloc >= cow + 120 * MIB
-    step("workers", "free")
+    step("workers free")
     _quiet(probe.current_pids)
     n = probe.pss_reads
-    step("", None)
-    step("", None)
+    step(None)
+    step(None)
     assert probe.pss_reads == n  # still: nothing to read
-    step("parent", "drop")  # the workers keep those pages: the tree barely changes
-    spike = step("parent", "spike")
+    step("parent drop")  # the workers keep those pages: the tree barely changes
+    spike = step("parent spike")
     assert spike >= cow + 500 * MIB
-    after = step("parent", "free")
+    after = step("parent free")
     assert after <= spike - 500 * MIB
 
 
@@ -531,18 +537,7 @@ def test_spikes_of_one_process_are_seen_at_their_height_without_pss_reads(
     assert root.expect() == "up"
     probe = HostProbe(root.p.pid)
     request.addfinalizer(probe.close)  # its descriptors, whatever the outcome
-    t = 0.0
-
-    def step(word: str | None) -> float:
-        nonlocal t
-        if word is not None:
-            root.send(word)
-            assert root.expect(timeout=60) == "done"
-        t += 1.0
-        mem = probe.sample(t)["cpu.mem"]
-        truth = _pss_now(probe.current_pids)
-        assert abs(mem - truth) <= max(0.03 * truth, _host.PSS_DRIFT_FLOOR), (word, mem, truth)
-        return mem
+    step = _Steps(root, probe, _within_3_percent)
 
     base = step(None)
     assert len(reads) == 1
@@ -550,7 +545,7 @@ def test_spikes_of_one_process_are_seen_at_their_height_without_pss_reads(
         assert step("spike") >= base + 500 * MIB
         assert step("free") <= base + 12 * MIB
     assert step("churn") >= base + 60 * MIB
-    t += _host.PSS_REFRESH_SOLO_S
+    step.t += _host.PSS_REFRESH_SOLO_S
     step("free")
     assert len(reads) == 1  # all of it from statm
 

@@ -768,13 +768,14 @@ def _verdict(ok: bool) -> str:
 def table(res: Res) -> tuple[list[str], list[str]]:
     """(the markdown table, the targets with their verdicts)."""
     lines = [
-        "| workload | figure | W&B (offline) | MLflow | tunescope (`tunescope run`) | target |",
-        "|---|---|---|---|---|---|",
+        "| workload: figure | W&B (offline) | MLflow | tunescope (`tunescope run`) | target |",
+        "|---|---|---|---|---|",
     ]
     verdicts: list[str] = []
 
     def row(work: str, name: str, fn: Callable[[str], str], target: str = "") -> None:
-        lines.append(f"| {work} | {name} | " + " | ".join(fn(t) for t in TOOLS) + f" | {target} |")
+        cells = " | ".join(fn(t) for t in TOOLS)
+        lines.append(f"| {work}: {name} | {cells} | {target or '–'} |")
 
     def each(work: str, key: str, fmt: str, interval: float = 1.0) -> Callable[[str], str]:
         return lambda t: _stats([r[key] for r in res[(t, work, interval)]], fmt)
@@ -878,7 +879,7 @@ def table(res: Res) -> tuple[list[str], list[str]]:
         + _verdict(ok)
     )
     lines.append(
-        f"| B | tunescope at 0.1 s, monitor total, % of a core | – | – | {_stats(fast, '.2f')} "
+        f"| B: tunescope at 0.1 s, monitor total, % of a core | – | – | {_stats(fast, '.2f')} "
         f"| ≤ {TARGET_FAST_PCT:g}: {_verdict(ok)} |"
     )
     return lines, verdicts
@@ -895,16 +896,16 @@ def day_table(day: dict[str, dict[str, Any]]) -> list[str]:
                 continue
             r = f" ({x / base:.1f}x)" if t != "tunescope" and base > 0 else ""
             cells.append(format(x, fmt) + r)
-        return f"| {name} | " + " | ".join(cells) + " |"
+        return f"| {name} | " + " | ".join(cells) + " | – |"
 
     return [
-        "| | W&B (offline) | MLflow (SQLite) | tunescope (SQLite) |",
-        "|---|---|---|---|",
+        "| 24 h series at 1 Hz | W&B (offline) | MLflow (SQLite) | tunescope (SQLite) | target |",
+        "|---|---|---|---|---|",
         row("bytes on disk per point, 24 h 1 Hz series", "day_bytes_per_point", ".2f"),
         row("writing that series, s", "day_write_s", ".1f"),
         row("1,000-point window of it (min/max/mean), ms", "day_window_ms", ".1f"),
         f"| 1,000 sampled points of it (no min/max), ms | n/a | "
-        f"{day['mlflow']['day_sampled_ms']:.1f} | n/a |",
+        f"{day['mlflow']['day_sampled_ms']:.1f} | n/a | – |",
     ]
 
 

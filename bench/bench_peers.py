@@ -736,7 +736,15 @@ def _result(raw: dict[str, Any], interval: float) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    return {n: metadata.version(n) for n in ("tunescope", "wandb", "mlflow", "numpy", "psutil")}
+    out = {}
+    for name in ("tunescope", "wandb", "mlflow", "torch", "numpy", "psutil"):
+        for dist in (name, f"{name}-skinny"):  # the main venv has mlflow-skinny
+            try:
+                out[name] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return out
 
 
 def _cpu_model() -> str:

@@ -106,7 +106,7 @@ screenshot: setup browser
 bench: setup browser
 	$(BIN)/python bench/run.py
 
-# tunescope beside W&B (offline) and MLflow (local store), the same workload under each, in a
+# tunescope beside W&B (offline) and MLflow (local store), three workloads in rounds, in a
 # venv of its own (bench/.venv-peers: the full mlflow, not the main venv's mlflow-skinny).
 # Prints a side-by-side table and writes docs/performance.md from it.
 PEERS_VENV  := bench/.venv-peers

@@ -281,8 +281,13 @@ class _Signals:
         except (OSError, AttributeError):
             pass
         self.wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._old_wake = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        self._old = {sig: signal.signal(sig, _ignore) for sig in signals}
+        self._old_wake: int | None = None
+        self._old: dict[int, Any] = {}
+        try:  # the main thread only (as the CLI runs it)
+            self._old_wake = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+            self._old = {sig: signal.signal(sig, _ignore) for sig in signals}
+        except ValueError:
+            pass
 
     def fds(self) -> list[int]:
         return [fd for fd in (self.sigfd, self.wake_r) if fd >= 0]
@@ -313,7 +318,8 @@ class _Signals:
         for sig, old in self._old.items():
             with contextlib.suppress(OSError, ValueError, TypeError):
                 signal.signal(sig, old)
-        signal.set_wakeup_fd(self._old_wake)
+        if self._old_wake is not None:
+            signal.set_wakeup_fd(self._old_wake)
         for fd in (self.sigfd, self.wake_r, self._wake_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):

@@ -1066,7 +1066,9 @@ store. On F, at 3 moments of each loop, every process of the tree's `smaps_rollu
 (the truth) and compared with the tool's sample nearest in time (within 1 s): W&B's and
 MLflow's quantities are not the tree's PSS, so their error there says what they record, not
 how well. A spike is caught when a sample inside it (up to {LAG_S} s after it) is at least half
-its size above the median of nearby samples outside spikes.
+its size above the median of nearby samples outside spikes. CPU times come in clock ticks
+(10 ms): over a loop of L seconds one tick is 1/L % of a core, so short loops read coarse
+figures (a monitor that used no whole tick reads 0.00).
 
 ## A 24 h series
 

@@ -108,7 +108,7 @@ screenshot: setup browser
 bench: setup browser
 	$(BIN)/python bench/run.py
 
-# tunescope beside W&B (offline) and MLflow (local store), the same workload under each, in a
+# tunescope beside W&B (offline) and MLflow (local store), three workloads in rounds, in a
 # venv of its own (bench/.venv-peers: the full mlflow, not the main venv's mlflow-skinny).
 # Prints a side-by-side table and writes docs/performance.md from it.
 PEERS_VENV  := bench/.venv-peers
@@ -117,7 +117,7 @@ PEERS_STAMP := $(PEERS_VENV)/.installed
 $(PEERS_STAMP): pyproject.toml
 	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q --upgrade pip
-	$(PEERS_VENV)/bin/pip install -q -e . wandb mlflow psutil
+	$(PEERS_VENV)/bin/pip install -q -e . wandb mlflow psutil torch
 	touch $(PEERS_STAMP)
 
 bench-peers: $(PEERS_STAMP)

@@ -1,37 +1,45 @@
-"""tunescope beside W&B (offline) and MLflow (local SQLite store), side by side in one run
-(``make bench-peers``, in its own venv bench/.venv-peers).
+"""tunescope beside W&B (offline) and MLflow (system metrics), on three training workloads, in
+interleaved rounds (``make bench-peers``, in its own venv bench/.venv-peers).
 
-Each phase runs in a fresh subprocess: the same training loop under one tool, its system
-monitor at one interval. The loop's thread steps every 100 ms, busy about half of each step
-(its CPU duty), and marks each step with the tool's call; every SPIKE_EVERY_S it allocates
-and touches SPIKE_MIB MiB of memory and holds it SPIKE_S seconds (the spikes' start and end
-times are kept). After the phase the tool's own recorded data is read back:
+Workloads (each in a fresh process per tool and round; a step every STEP_S, marked with the
+tool's step call):
 
-* W&B: the offline run's ``.wandb`` file, records parsed with ``wandb.proto`` (the leveldb-log
-  framing is unpacked here: wandb 0.31 ships no Python reader for it), ``stats`` records,
-  ``proc.memory.rssMB`` of the training process;
-* MLflow: ``MlflowClient().get_metric_history`` of ``system/system_memory_usage_megabytes``
-  (MLflow records the host's memory, not the process's);
-* tunescope: ``Store.read_samples`` of the trial's ``cpu.mem`` series.
+* **A**: a loop busy DUTY of each step that every SPIKE_EVERY_S fills SPIKE_MIB MiB (numpy,
+  every page written) and holds it SPIKE_S seconds;
+* **B**: a torch CPU training loop (an MLP, SGD, one thread; ~330 MB of process memory, its
+  allocator taking and giving back pages every step);
+* **F**: forked workers: a torch DataLoader with 4 workers (fork) over a SHARED_MIB MiB tensor
+  the parent holds (the workers share its pages), batches consumed by the loop.
 
-A spike is caught when a sample timed inside it (up to LAG_S after its end, for the tool's
-logging delay) stands at least half the spike's size above the median of the samples outside
-spikes within 30 s of it. Samples kept: samples of that series timed inside the busy loop,
-against loop time / interval.
+Tools, each at a 1 s interval: W&B offline (``x_stats_sampling_interval=1``), MLflow with
+``log_system_metrics=True`` (sampling interval 1 s) on a SQLite store, and tunescope as it runs
+on a script: ``tunescope run --interval 1 -- python ...`` (its wrapper and sampler processes),
+the step marked through ``tunescope.record.current_trial()``; also tunescope at 0.1 s on B. Each
+round runs every (workload, tool) once, the tools' order turned by one each round, so the
+machine's load falls on all alike; figures are min / median / max over the rounds.
 
-Monitor cost during the loop: the CPU of the processes a tool started (W&B: wandb-core and
-wandb-symon; tunescope: its sampler) via psutil, plus that of the threads it started in the
-training process (MLflow's SystemMetricsMonitor, wandb's and tunescope's I/O threads) from
-/proc/self/task/TID/stat; memory: those processes' RSS, for MLflow (no process of its own) the
-training process's RSS growth from before ``start_run`` to the end of the loop.
+Per phase, measured from inside the training process during the loop:
 
-Step call: median cost of the call that marks a step, in batches of calls, with the monitor
-running. 24 h series: 86,400 points 1 s apart written once through each
-tool's API, bytes added on disk per point, and the median time to read it back as a
-1,000-point window (tunescope ``Store.window``; the peers have no such read: their full
-history read, then min/max/mean per bucket with numpy, which is what their API leaves).
+* monitor CPU (% of one core): the CPU time of the processes the tool runs (W&B: wandb-core
+  and its children; tunescope: its sampler and ``tunescope run``'s wrapper; MLflow: none),
+  and apart, that of the threads it started in the training process (``/proc/self/task``);
+* the step call, one call at a time inside the loop (median and p99 of each call, µs), and
+  batched after the loop (median µs per call over batches);
+* samples kept: the tool's recorded memory samples timed inside the loop, per loop second
+  and interval; spikes caught (A): a sample inside a spike (up to LAG_S after it) at least
+  half the spike above the median of nearby samples outside spikes;
+* memory against the truth (F): at 3 moments the bench reads every process's
+  ``smaps_rollup`` (the training process and its workers) and compares the tool's sample
+  nearest in time (within 1 s): tunescope's ``cpu.mem`` is the tree's PSS; W&B records the
+  training process's RSS and MLflow the host's memory, which are not that quantity;
+* the workload's memory (PSS of its tree, at the spike's height on A) and, on A, the CPU cost
+  of one ``smaps_rollup`` read per GiB held;
+* the machine's 1-minute load and busy share of its CPUs over the phase (``/proc/stat``).
 
-Usage: python bench/bench_peers.py [--default-s 50] [--fast-s 25] [--write-docs]
+Then once per tool, a 24 h series: 86,400 points 1 s apart written through each tool's API,
+bytes on disk per point, and the median time to read it back as a 1,000-point window.
+
+Usage: python bench/bench_peers.py [--rounds 3] [--a-s 20] [--b-s 12] [--f-s 12] [--write-docs]
 """
 
 from __future__ import annotations
@@ -39,7 +47,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
-import inspect
 import json
 import os
 import platform
@@ -61,18 +68,29 @@ import psutil
 HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "performance.md"
 TOOLS = ("wandb", "mlflow", "tunescope")
-SPIKE_MIB = 512
-SPIKE_S = 0.6
-SPIKE_EVERY_S = 4.0
+NAMES = {"wandb": "W&B", "mlflow": "MLflow", "tunescope": "tunescope"}
+WORKLOADS = ("A", "B", "F")
+SPIKE_MIB = 1536
+SPIKE_S = 3.0
+SPIKE_EVERY_S = 10.0
+SHARED_MIB = 1024
+WORKERS = 4
 STEP_S = 0.1
 DUTY = 0.5
 LAG_S = 0.3
 DAY = 86_400
 T0 = 1_700_000_000.0
 MIB = 2**20
+TARGET_RATIO = 0.5
+"""tunescope (sampler + wrapper) at 1 s against the cheaper of W&B and MLflow, on A and B."""
+TARGET_FAST_PCT = 1.5
+TARGET_KEPT = 0.99
+TARGET_MEM_ERR = 0.03
+TARGET_STEP_MED_US = 5.0
+TARGET_STEP_P99_US = 50.0
 
 
-# ---------------------------------------------------------------------------- the workload
+# ---------------------------------------------------------------------------- the workloads
 def _busy(seconds: float) -> None:
     end = time.perf_counter() + seconds
     x = 0
@@ -80,36 +98,136 @@ def _busy(seconds: float) -> None:
         x += 1
 
 
-def workload(seconds: float, mark: Callable[[int], None]) -> list[tuple[float, float]]:
-    """The training loop: a step every STEP_S, busy DUTY of it, ``mark(step)`` after each;
-    a SPIKE_MIB MiB spike held SPIKE_S every SPIKE_EVERY_S. Returns the spikes' (start, end)
-    epoch times (start: once every page is touched)."""
-    spikes: list[tuple[float, float]] = []
-    held: np.ndarray | None = None
-    held_since = 0.0
-    next_spike = time.time() + SPIKE_EVERY_S / 2
-    end = time.time() + seconds
-    step = 0
-    while time.time() < end:
-        t_step = time.perf_counter()
+def _pss(pid: int) -> float:
+    """PSS of process ``pid`` in bytes, from its ``smaps_rollup``."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return float(line.split()[1]) * 1024
+    return 0.0
+
+
+class Loop:
+    """The training loop's frame: a step every STEP_S, ``mark(step)`` timed one call at a
+    time; ``body(step)`` does the workload's work."""
+
+    def __init__(self, mark: Callable[[int], None]) -> None:
+        self.mark = mark
+        self.call_ns: list[int] = []
+        self.truth: list[tuple[float, float]] = []  # (epoch, PSS of the tree)
+        self.spikes: list[tuple[float, float]] = []
+        self.workload_bytes = 0.0
+        self.pss_ms_per_gib: list[float] = []
+        self.t0 = self.t1 = 0.0
+        self.on_start: Callable[[], None] = lambda: None
+        self.on_end: Callable[[], None] = lambda: None
+
+    def run(
+        self, seconds: float, body: Callable[[int], None], tree: Callable[[], list[int]]
+    ) -> None:
+        """The loop, once the workload is set up (imports, model, workers): only it is
+        measured, between ``on_start`` and ``on_end``."""
+        self.mark(0)  # the tool's first call sets its client up: not one of the loop's
+        self.on_start()
+        self.t0 = time.time()
+        end = self.t0 + seconds
+        checks = [self.t0 + seconds * f for f in (0.25, 0.5, 0.75)]
+        step = 1
+        while time.time() < end:
+            t_step = time.perf_counter()
+            body(step)
+            t = time.perf_counter_ns()
+            self.mark(step)
+            self.call_ns.append(time.perf_counter_ns() - t)
+            step += 1
+            if checks and time.time() >= checks[0]:
+                checks.pop(0)
+                now = time.time()
+                total = sum(_pss(p) for p in tree())
+                self.truth.append((now, total))
+                self.workload_bytes = max(self.workload_bytes, total)
+            left = STEP_S - (time.perf_counter() - t_step)
+            if left > 0:
+                time.sleep(left)
+        self.t1 = time.time()
+        self.on_end()
+
+
+def workload_a(loop: Loop, seconds: float) -> None:
+    held: list[np.ndarray] = []
+    state = {"since": 0.0, "next": time.time() + SPIKE_EVERY_S / 2, "end": time.time() + seconds}
+
+    def body(step: int) -> None:
         now = time.time()
-        if held is None and now >= next_spike and now + SPIKE_S + 0.5 < end:
-            held = np.ones(SPIKE_MIB * MIB // 8)  # written: every page touched
-            held_since = time.time()
-            next_spike += SPIKE_EVERY_S
-        elif held is not None and now - held_since >= SPIKE_S:
-            spikes.append((held_since, time.time()))
-            del held
-            held = None
+        if not held and now >= state["next"] and now + SPIKE_S + 0.5 < state["end"]:
+            held.append(np.ones(SPIKE_MIB * MIB // 8))  # written: every page touched
+            state["since"] = time.time()
+            state["next"] += SPIKE_EVERY_S
+            t = time.thread_time()
+            pss = _pss(os.getpid())
+            loop.pss_ms_per_gib.append((time.thread_time() - t) * 1000 / (pss / 2**30))
+            loop.workload_bytes = max(loop.workload_bytes, pss)
+        elif held and now - state["since"] >= SPIKE_S:
+            loop.spikes.append((state["since"], time.time()))
+            held.clear()
         _busy(STEP_S * DUTY)
-        mark(step)
-        step += 1
-        left = STEP_S - (time.perf_counter() - t_step)
-        if left > 0:
-            time.sleep(left)
-    if held is not None:
-        spikes.append((held_since, time.time()))
-    return spikes
+
+    loop.run(seconds, body, lambda: [os.getpid()])
+    if held:
+        loop.spikes.append((state["since"], time.time()))
+
+
+def workload_b(loop: Loop, seconds: float) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1024)
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def body(step: int) -> None:
+        x = torch.randn(64, 1024)
+        loss = (model(x) - x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    loop.run(seconds, body, lambda: [os.getpid()])
+
+
+def workload_f(loop: Loop, seconds: float) -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.set_num_threads(1)
+    data = torch.ones(SHARED_MIB * MIB // 4096, 1024)  # rows of 4 KiB, every page written
+    dl = DataLoader(
+        TensorDataset(data),
+        batch_size=64,
+        shuffle=True,
+        num_workers=WORKERS,
+        multiprocessing_context="fork",
+        persistent_workers=True,
+    )
+    it = iter(dl)
+    next(it)  # the workers are up
+    pids = [os.getpid(), *(w.pid for w in it._workers)]  # type: ignore[attr-defined]
+
+    def body(step: int) -> None:
+        nonlocal it
+        try:
+            (batch,) = next(it)
+        except StopIteration:
+            it = iter(dl)
+            (batch,) = next(it)
+        float(batch.sum())
+        _busy(STEP_S * DUTY / 2)
+
+    loop.run(seconds, body, lambda: pids)
+
+
+WORK = {"A": workload_a, "B": workload_b, "F": workload_f}
 
 
 def caught(
@@ -118,7 +236,7 @@ def caught(
     """(spikes caught, spikes) by the samples (t epoch s, v bytes): see the module doc."""
     inside = np.zeros(len(t), dtype=bool)
     for a, b in spikes:
-        inside |= (t >= a - 0.2) & (t <= b + 1.0)
+        inside |= (t >= a - 1.0) & (t <= b + 1.0)
     n = 0
     for a, b in spikes:
         near = ~inside & (np.abs(t - a) <= 30.0)
@@ -131,6 +249,7 @@ def caught(
     return n, len(spikes)
 
 
+# ---------------------------------------------------------------------------- helpers
 def _tree(pid: int) -> list[psutil.Process]:
     p = psutil.Process(pid)
     return [p, *p.children(recursive=True)]
@@ -253,51 +372,6 @@ def _wandb_file(root: Path) -> Path:
     return Path(found[0])
 
 
-def phase_wandb(interval: float | None, seconds: float, d: Path) -> dict[str, Any]:
-    import wandb
-
-    os.environ["WANDB_MODE"] = "offline"
-    os.environ["WANDB_SILENT"] = "true"
-    settings = (
-        wandb.Settings() if interval is None else wandb.Settings(x_stats_sampling_interval=interval)
-    )
-    used = float(settings.x_stats_sampling_interval)
-    before = _threads_now()
-    run = wandb.init(project="bench-peers", dir=str(d), settings=settings)
-    me = os.getpid()
-    monitor = [p for p in _tree(me) if p.pid != me]
-    threads = _threads_since(before)
-    c0 = _tree_cpu(monitor) + _threads_cpu(threads)
-    t0 = time.time()
-    spikes = workload(seconds, lambda i: wandb.log({"loss": 1.0 / (i + 1)}, step=i))
-    t1 = time.time()
-    cpu = _tree_cpu(monitor) + _threads_cpu(threads) - c0
-    rss = _tree_rss(monitor)
-    step_us = _per_call_us(lambda i: wandb.log({"loss": 0.5}, step=100_000 + i), 5000, 100)
-    run.finish()
-    t, v = [], []
-    for rec in _wandb_records(_wandb_file(d)):
-        if rec.WhichOneof("record_type") == "stats":
-            items = {i.key: i.value_json for i in rec.stats.item}
-            if "proc.memory.rssMB" in items:
-                t.append(rec.stats.timestamp.seconds + rec.stats.timestamp.nanos / 1e9)
-                v.append(float(items["proc.memory.rssMB"]) * MIB)
-    return _result(
-        used,
-        t0,
-        t1,
-        spikes,
-        np.array(t),
-        np.array(v),
-        cpu,
-        rss,
-        step_us,
-        monitor="the wandb-core and wandb-symon processes, and the threads wandb started "
-        "in the training process",
-        step_call="wandb.log({'loss': x}, step=i)",
-    )
-
-
 def day_wandb(d: Path) -> dict[str, Any]:
     import wandb
 
@@ -343,54 +417,6 @@ def day_wandb(d: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- MLflow
-def phase_mlflow(interval: float | None, seconds: float, d: Path) -> dict[str, Any]:
-    import mlflow
-    from mlflow import MlflowClient
-
-    uri = f"sqlite:///{d}/mlflow.db"
-    mlflow.set_tracking_uri(uri)
-    if interval is not None:
-        mlflow.set_system_metrics_sampling_interval(interval)
-    mlflow.set_experiment("bench-peers")
-    rss0 = psutil.Process().memory_info().rss
-    before = _threads_now()
-    with mlflow.start_run(log_system_metrics=True) as run:
-        assert any(t.name == "SystemMetricsMonitor" for t in threading.enumerate())
-        threads = _threads_since(before)
-        from mlflow.environment_variables import MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-        default = inspect.signature(SystemMetricsMonitor).parameters["sampling_interval"].default
-        used = float(interval or MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get() or default)
-        c0 = _threads_cpu(threads)
-        t0 = time.time()
-        spikes = workload(seconds, lambda i: mlflow.log_metric("loss", 1.0 / (i + 1), step=i))
-        t1 = time.time()
-        cpu = _threads_cpu(threads) - c0
-        rss = psutil.Process().memory_info().rss - rss0
-        step_us = _per_call_us(lambda i: mlflow.log_metric("loss", 0.5, step=100_000 + i), 300, 20)
-    hist = MlflowClient(uri).get_metric_history(
-        run.info.run_id, "system/system_memory_usage_megabytes"
-    )
-    t = np.array([m.timestamp / 1000 for m in hist])
-    v = np.array([m.value * 1e6 for m in hist])
-    return _result(
-        used,
-        t0,
-        t1,
-        spikes,
-        t,
-        v,
-        cpu,
-        rss,
-        step_us,
-        monitor="the threads MLflow started in the training process (its "
-        "SystemMetricsMonitor); memory: the training process's RSS growth from before "
-        "start_run",
-        step_call="mlflow.log_metric('loss', x, step=i)",
-    )
-
-
 def day_mlflow(d: Path) -> dict[str, Any]:
     import mlflow
     from mlflow import MlflowClient
@@ -444,51 +470,6 @@ def day_mlflow(d: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- tunescope
-def phase_tunescope(interval: float | None, seconds: float, d: Path) -> dict[str, Any]:
-    import tunescope.record as ts
-    from tunescope.store import open_store
-
-    os.environ["TUNESCOPE_QUIET"] = "1"
-    path = d / "tunescope.db"
-    used = 1.0 if interval is None else interval
-    kw = {} if interval is None else {"interval": interval}
-    before = _threads_now()
-    with ts.run("bench-peers", store=str(path), **kw) as run, run.trial() as trial:
-        sampler = trial._sampler
-        assert sampler is not None
-        monitor = _tree(sampler.pid)
-        threads = _threads_since(before)
-        c0 = _tree_cpu(monitor) + _threads_cpu(threads)
-        t0 = time.time()
-        spikes = workload(seconds, lambda i: trial.log(step=i, loss=1.0 / (i + 1)))
-        t1 = time.time()
-        cpu = _tree_cpu(monitor) + _threads_cpu(threads) - c0
-        rss = _tree_rss(monitor)
-        step_us = _per_call_us(lambda i: trial.log(step=100_000 + i, loss=0.5), 20_000, 1000)
-        opt_us = _per_call_us(lambda i: trial.optimizer_step(100_000 + i), 20_000, 1000)
-        trial_id = trial.id
-    assert trial_id is not None
-    with open_store(path) as store:
-        (series,) = store.list_series(trial_id, "cpu.mem")
-        t, v = store.read_samples(series.id)
-    out = _result(
-        used,
-        t0,
-        t1,
-        spikes,
-        t,
-        v,
-        cpu,
-        rss,
-        step_us,
-        monitor="the sampler process, and the threads tunescope started in the "
-        "training process (its flusher)",
-        step_call="trial.log(step=i, loss=x)",
-    )
-    out["optimizer_step_us"] = opt_us
-    return out
-
-
 def day_tunescope(d: Path) -> dict[str, Any]:
     from tunescope.store import open_store
 
@@ -532,66 +513,238 @@ def _values(n: int) -> np.ndarray:
     return level + np.cumsum(rng.integers(-3, 4, n)) * 4096.0
 
 
-def _result(
-    interval: float,
-    t0: float,
-    t1: float,
-    spikes: list[tuple[float, float]],
-    t: np.ndarray,
-    v: np.ndarray,
-    cpu_s: float,
-    rss: int,
-    step_us: float,
-    *,
-    monitor: str,
-    step_call: str,
+# ---------------------------------------------------------------------------- measuring
+def _all_threads_cpu() -> dict[int, float]:
+    return {t: _thread_cpu(t) for t in _threads_now()}
+
+
+def _measure(
+    work: str,
+    seconds: float,
+    mark: Callable[[int], None],
+    procs: list[psutil.Process],
+    before: set[int],
+    batch: tuple[int, int],
 ) -> dict[str, Any]:
-    n_caught, n_spikes = caught(spikes, t, v)
-    during = int(((t >= t0) & (t <= t1)).sum())
+    """Run workload ``work`` with ``mark`` as its step call; the CPU of ``procs`` and of the
+    threads started since ``before`` over the loop, the step call's cost."""
+    loop = Loop(mark)
+    c0: list[float] = []
+    th0: dict[int, float] = {}
+    cpu: list[float] = []
+    threads = 0.0
+
+    def start() -> None:
+        c0[:] = [_tree_cpu([p]) for p in procs]
+        th0.update(_all_threads_cpu())
+
+    def end() -> None:
+        nonlocal threads
+        cpu[:] = [_tree_cpu([p]) - c for p, c in zip(procs, c0, strict=True)]
+        threads = sum(_thread_cpu(t) - th0.get(t, 0.0) for t in _threads_since(before))
+
+    loop.on_start, loop.on_end = start, end
+    WORK[work](loop, seconds)
+    t0, t1 = loop.t0, loop.t1
+    calls = np.array(loop.call_ns) / 1000.0
+    batched = _per_call_us(lambda i: mark(1_000_000 + i), batch[0], batch[1])
     return {
-        "interval": interval,
-        "loop_s": t1 - t0,
-        "spikes": n_spikes,
-        "caught": n_caught,
-        "samples": during,
-        "expected": (t1 - t0) / interval,
-        "monitor_cpu_pct": cpu_s / (t1 - t0) * 100,
-        "monitor_mib": rss / MIB,
-        "step_us": step_us,
-        "monitor": monitor,
-        "step_call": step_call,
+        "t0": t0,
+        "t1": t1,
+        "proc_cpu_s": cpu,
+        "threads_cpu_s": threads,
+        "monitor_mib": _tree_rss(procs) / MIB,
+        "step_med_us": float(np.median(calls)),
+        "step_p99_us": float(np.percentile(calls, 99)),
+        "step_batched_us": batched,
+        "truth": loop.truth,
+        "spikes": loop.spikes,
+        "workload_mib": loop.workload_bytes / MIB,
+        "pss_ms_per_gib": loop.pss_ms_per_gib,
     }
+
+
+def phase_wandb(work: str, interval: float, seconds: float, d: Path) -> dict[str, Any]:
+    import wandb
+
+    os.environ["WANDB_MODE"] = "offline"
+    os.environ["WANDB_SILENT"] = "true"
+    before = _threads_now()
+    run = wandb.init(
+        project="bench-peers",
+        dir=str(d),
+        settings=wandb.Settings(x_stats_sampling_interval=interval),
+    )
+    me = os.getpid()
+    monitor = [p for p in _tree(me) if p.pid != me]
+    out = _measure(
+        work, seconds, lambda i: wandb.log({"loss": 1.0 / (i + 1)}, step=i), monitor, before,
+        (5000, 100),
+    )  # fmt: skip
+    run.finish()
+    t, v = [], []
+    for rec in _wandb_records(_wandb_file(d)):
+        if rec.WhichOneof("record_type") == "stats":
+            items = {i.key: i.value_json for i in rec.stats.item}
+            if "proc.memory.rssMB" in items:
+                t.append(rec.stats.timestamp.seconds + rec.stats.timestamp.nanos / 1e9)
+                v.append(float(items["proc.memory.rssMB"]) * MIB)
+    out.update(t=t, v=v, wrapper_cpu_s=0.0)
+    return out
+
+
+def phase_mlflow(work: str, interval: float, seconds: float, d: Path) -> dict[str, Any]:
+    import mlflow
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{d}/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_system_metrics_sampling_interval(interval)
+    mlflow.set_experiment("bench-peers")
+    before = _threads_now()
+    with mlflow.start_run(log_system_metrics=True) as run:
+        assert any(t.name == "SystemMetricsMonitor" for t in threading.enumerate())
+        out = _measure(
+            work, seconds, lambda i: mlflow.log_metric("loss", 1.0 / (i + 1), step=i), [],
+            before, (60, 10),
+        )  # fmt: skip
+    hist = MlflowClient(uri).get_metric_history(
+        run.info.run_id, "system/system_memory_usage_megabytes"
+    )
+    out.update(
+        t=[m.timestamp / 1000 for m in hist], v=[m.value * 1e6 for m in hist], wrapper_cpu_s=0.0
+    )
+    return out
+
+
+def phase_tunescope(work: str, interval: float, seconds: float, d: Path) -> dict[str, Any]:
+    """Inside ``tunescope run``: the sampler is this process's parent, the wrapper its."""
+    import tunescope.record as ts
+    from tunescope._protocol import MODULE
+
+    sampler = psutil.Process(os.getppid())
+    if MODULE not in " ".join(sampler.cmdline()):
+        raise RuntimeError("not started by tunescope run (its sampler is not our parent)")
+    wrapper = sampler.parent()
+    assert wrapper is not None
+    before = _threads_now()
+    trial = ts.current_trial()
+    assert trial is not None
+    out = _measure(
+        work, seconds, lambda i: trial.log(step=i, loss=1.0 / (i + 1)), [sampler, wrapper],
+        before, (20_000, 1000),
+    )  # fmt: skip
+    out["wrapper_cpu_s"] = out["proc_cpu_s"][1]
+    out["sampler_pid"] = sampler.pid
+    return out
 
 
 PHASES = {"wandb": phase_wandb, "mlflow": phase_mlflow, "tunescope": phase_tunescope}
 DAYS = {"wandb": day_wandb, "mlflow": day_mlflow, "tunescope": day_tunescope}
 
 
-def child(tool: str, what: str, interval: float | None, seconds: float) -> int:
+def child(tool: str, what: str, interval: float, seconds: float) -> int:
     with tempfile.TemporaryDirectory(prefix=f"bench-peers-{tool}-") as tmp:
         d = Path(tmp)
-        out = DAYS[tool](d) if what == "day" else PHASES[tool](interval, seconds, d)
+        out = DAYS[tool](d) if what == "day" else PHASES[tool](what, interval, seconds, d)
     print("RESULT " + json.dumps(out), flush=True)
     return 0
 
 
-def _run_child(tool: str, what: str, interval: float | None, seconds: float) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", tool, what, str(interval or 0), str(seconds)]
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if p.returncode or line is None:
-        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
-        raise SystemExit(f"bench-peers: {tool} {what} failed (exit {p.returncode})")
-    out: dict[str, Any] = json.loads(line[7:])
+def _host_busy() -> tuple[float, float]:
+    """(all CPU time, idle + iowait) of the host from /proc/stat, in ticks."""
+    f = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(f), f[3] + f[4]
+
+
+def _tunescope_samples(db: Path, sampler_pid: int) -> tuple[list[float], list[float]]:
+    """``cpu.mem`` of the one trial in ``db``, once its sampler is done recording."""
+    from tunescope.store import open_store
+
+    end = time.monotonic() + 60
+    while psutil.pid_exists(sampler_pid) and time.monotonic() < end:
+        time.sleep(0.2)
+    with open_store(db) as st:
+        (trial,) = st.list_trials(st.get_run("bench-peers").id)
+        (series,) = st.list_series(trial.id, "cpu.mem")
+        t, v = st.read_samples(series.id)
+    return [float(x) for x in t], [float(x) for x in v]
+
+
+def _run_child(tool: str, what: str, interval: float, seconds: float) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", tool, what, str(interval), str(seconds)]
+    with tempfile.TemporaryDirectory(prefix="bench-peers-run-") as tmp:
+        db = Path(tmp) / "tunescope.db"
+        if tool == "tunescope" and what != "day":
+            cmd = [
+                sys.executable, "-m", "tunescope", "run", "--store", str(db), "--run",
+                "bench-peers", "--interval", repr(interval), "--", *cmd,
+            ]  # fmt: skip
+        load = os.getloadavg()[0]
+        h0 = _host_busy()
+        t = time.perf_counter()
+        env = dict(os.environ, TUNESCOPE_QUIET="1")
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        h1 = _host_busy()
+        line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if p.returncode or line is None:
+            sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
+            raise SystemExit(f"bench-peers: {tool} {what} failed (exit {p.returncode})")
+        out: dict[str, Any] = json.loads(line[7:])
+        if tool == "tunescope" and what != "day":
+            out["t"], out["v"] = _tunescope_samples(db, out["sampler_pid"])
     out["phase_s"] = time.perf_counter() - t
-    print(f"  {tool:<9} {what:<7} done in {out['phase_s']:.0f} s", flush=True)
-    return out
+    total, idle = h1[0] - h0[0], h1[1] - h0[1]
+    out["load1"] = load
+    out["host_busy_pct"] = (total - idle) / total * 100 if total > 0 else 0.0
+    return out if what == "day" else _result(out, interval)
 
 
-# ---------------------------------------------------------------------------- the table
+def _result(raw: dict[str, Any], interval: float) -> dict[str, Any]:
+    t, v = np.array(raw["t"], dtype=float), np.array(raw["v"], dtype=float)
+    t0, t1 = raw["t0"], raw["t1"]
+    loop_s = t1 - t0
+    n_caught, n_spikes = caught([tuple(s) for s in raw["spikes"]], t, v)
+    errs = []
+    for when, truth in raw["truth"]:
+        if len(t):
+            i = int(np.argmin(np.abs(t - when)))
+            if abs(t[i] - when) <= 1.0 and truth > 0:
+                errs.append(abs(v[i] - truth) / truth)
+    procs = sum(raw["proc_cpu_s"])
+    return {
+        "interval": interval,
+        "loop_s": loop_s,
+        "monitor_pct": procs / loop_s * 100,
+        "wrapper_pct": raw["wrapper_cpu_s"] / loop_s * 100,
+        "threads_pct": raw["threads_cpu_s"] / loop_s * 100,
+        "total_pct": (procs + raw["threads_cpu_s"]) / loop_s * 100,
+        "kept": int(((t >= t0) & (t <= t1)).sum()) / (loop_s / interval),
+        "spikes": n_spikes,
+        "caught": n_caught,
+        "mem_err": max(errs) if errs else None,
+        "step_med_us": raw["step_med_us"],
+        "step_p99_us": raw["step_p99_us"],
+        "step_batched_us": raw["step_batched_us"],
+        "monitor_mib": raw["monitor_mib"],
+        "workload_mib": raw["workload_mib"],
+        "pss_ms_per_gib": raw["pss_ms_per_gib"],
+        "load1": raw["load1"],
+        "host_busy_pct": raw["host_busy_pct"],
+        "phase_s": raw["phase_s"],
+    }
+
+
 def _versions() -> dict[str, str]:
-    return {n: metadata.version(n) for n in ("tunescope", "wandb", "mlflow", "numpy", "psutil")}
+    out = {}
+    for name in ("tunescope", "wandb", "mlflow", "torch", "numpy", "psutil"):
+        for dist in (name, f"{name}-skinny"):  # the main venv has mlflow-skinny
+            try:
+                out[name] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return out
 
 
 def _cpu_model() -> str:
@@ -601,69 +754,175 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def table(res: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    def row(name: str, fn: Callable[[str], str]) -> str:
-        return f"| {name} | " + " | ".join(fn(t) for t in TOOLS) + " |"
+# ---------------------------------------------------------------------------- the table
+Res = dict[tuple[str, str, float], list[dict[str, Any]]]
 
-    def ratio(key: str, what: str, fmt: str) -> Callable[[str], str]:
-        def f(t: str) -> str:
-            x = res[t][what][key]
-            base = res["tunescope"][what][key]
-            r = f" ({x / base:.1f}x)" if t != "tunescope" and base > 0 else ""
-            return format(x, fmt) + r
 
-        return f
+def _stats(xs: list[float], fmt: str) -> str:
+    if not xs:
+        return "n/a"
+    lo, med, hi = min(xs), statistics.median(xs), max(xs)
+    return f"{format(med, fmt)} ({format(lo, fmt)}–{format(hi, fmt)})"
 
-    def spikes(what: str) -> Callable[[str], str]:
-        return lambda t: f"{res[t][what]['caught']}/{res[t][what]['spikes']}"
 
-    def kept(what: str) -> Callable[[str], str]:
-        return lambda t: f"{res[t][what]['samples']}/{res[t][what]['expected']:.0f}"
+def _med(res: Res, tool: str, work: str, key: str, interval: float = 1.0) -> float:
+    return statistics.median(r[key] for r in res[(tool, work, interval)])
 
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def table(res: Res) -> tuple[list[str], list[str]]:
+    """(the markdown table, the targets with their verdicts)."""
     lines = [
-        "| | W&B (offline) | MLflow (SQLite) | tunescope (SQLite) |",
-        "|---|---|---|---|",
-        row("default sampling interval", lambda t: f"{res[t]['default']['interval']:g} s"),
-        row(f"{SPIKE_MIB} MiB × {SPIKE_S} s spikes caught, default interval", spikes("default")),
-        row("spikes caught, 1 s interval", spikes("fast")),
-        row("samples kept / expected, default interval", kept("default")),
-        row("samples kept / expected, 1 s interval", kept("fast")),
-        row(
-            "monitor CPU, % of one core, default interval",
-            ratio("monitor_cpu_pct", "default", ".2f"),
-        ),
-        row("monitor CPU, % of one core, 1 s interval", ratio("monitor_cpu_pct", "fast", ".2f")),
-        row("monitor memory, MiB, default interval", ratio("monitor_mib", "default", ".1f")),
-        row("monitor memory, MiB, 1 s interval", ratio("monitor_mib", "fast", ".1f")),
-        row("step call, µs per call", ratio("step_us", "fast", ".2f")),
-        row(
-            "bytes on disk per point, 24 h 1 Hz series", ratio("day_bytes_per_point", "day", ".2f")
-        ),
-        row("writing that series, s", ratio("day_write_s", "day", ".1f")),
-        row("1,000-point window of it (min/max/mean), ms", ratio("day_window_ms", "day", ".1f")),
-        row(
-            "1,000 sampled points of it (no min/max), ms",
-            lambda t: (
-                f"{res[t]['day']['day_sampled_ms']:.1f}"
-                if "day_sampled_ms" in res[t]["day"]
-                else "n/a"
-            ),
-        ),
+        "| workload: figure | W&B (offline) | MLflow | tunescope (`tunescope run`) | target |",
+        "|---|---|---|---|---|",
     ]
-    return lines
+    verdicts: list[str] = []
+
+    def row(work: str, name: str, fn: Callable[[str], str], target: str = "") -> None:
+        cells = " | ".join(fn(t) for t in TOOLS)
+        lines.append(f"| {work}: {name} | {cells} | {target or '–'} |")
+
+    def each(work: str, key: str, fmt: str, interval: float = 1.0) -> Callable[[str], str]:
+        return lambda t: _stats([r[key] for r in res[(t, work, interval)]], fmt)
+
+    for work in WORKLOADS:
+        cheaper = min(_med(res, "wandb", work, "total_pct"), _med(res, "mlflow", work, "total_pct"))
+        ours = _med(res, "tunescope", work, "total_pct")
+        mem = statistics.median(r["workload_mib"] for t in TOOLS for r in res[(t, work, 1.0)])
+        row(work, "workload memory (PSS of its tree), MiB", lambda t, w=work: _stats(
+            [r["workload_mib"] for r in res[(t, w, 1.0)]], ".0f"))  # fmt: skip
+        row(work, "monitor processes, % of a core", each(work, "monitor_pct", ".2f"))
+        row(
+            work,
+            "of which `tunescope run`'s wrapper, %",
+            lambda t, w=work: (
+                _stats([r["wrapper_pct"] for r in res[(t, w, 1.0)]], ".3f")
+                if t == "tunescope"
+                else "–"
+            ),
+        )
+        row(work, "monitor threads in the training process, %", each(work, "threads_pct", ".2f"))
+        target = ""
+        if work in ("A", "B"):
+            ok = ours <= TARGET_RATIO * cheaper
+            bound = TARGET_RATIO * cheaper
+            target = f"tunescope ≤ {TARGET_RATIO:g}× the cheaper peer ({bound:.2f}): {_verdict(ok)}"
+            verdicts.append(
+                f"{work}: tunescope {ours:.2f}% ≤ {TARGET_RATIO * cheaper:.2f}% — {_verdict(ok)}"
+            )
+        row(work, "monitor total, % of a core", each(work, "total_pct", ".2f"), target)
+        kept = min(r["kept"] for r in res[("tunescope", work, 1.0)])
+        ok = kept >= TARGET_KEPT
+        verdicts.append(
+            f"{work}: samples kept per second, least round {kept:.3f} ≥ {TARGET_KEPT} — "
+            + _verdict(ok)
+        )
+        row(
+            work,
+            "memory samples kept per second (min over rounds)",
+            lambda t, w=work: format(min(r["kept"] for r in res[(t, w, 1.0)]), ".3f"),
+            f"≥ {TARGET_KEPT}: {_verdict(ok)}",
+        )
+        if work == "A":
+            got = sum(r["caught"] for r in res[("tunescope", work, 1.0)])
+            n = sum(r["spikes"] for r in res[("tunescope", work, 1.0)])
+            ok = n > 0 and got == n
+            verdicts.append(f"A: spikes caught {got}/{n} — {_verdict(ok)}")
+            row(
+                work,
+                f"{SPIKE_MIB} MiB × {SPIKE_S:g} s spikes caught (all rounds)",
+                lambda t: (
+                    f"{sum(r['caught'] for r in res[(t, 'A', 1.0)])}/"
+                    f"{sum(r['spikes'] for r in res[(t, 'A', 1.0)])}"
+                ),
+                f"all: {_verdict(ok)}",
+            )
+        if work == "F":
+            errs = [r["mem_err"] for r in res[("tunescope", work, 1.0)] if r["mem_err"] is not None]
+            ok = bool(errs) and max(errs) <= TARGET_MEM_ERR
+            verdicts.append(
+                f"F: memory off the PSS truth by at most {max(errs, default=float('nan')):.1%}"
+                f" — {_verdict(ok)}"
+            )
+            row(
+                work,
+                "recorded memory off the tree's PSS, max over rounds",
+                lambda t: format(
+                    max(
+                        (r["mem_err"] for r in res[(t, "F", 1.0)] if r["mem_err"] is not None),
+                        default=float("nan"),
+                    ),
+                    ".1%",
+                ),
+                f"≤ {TARGET_MEM_ERR:.0%}: {_verdict(ok)}",
+            )
+        med = _med(res, "tunescope", work, "step_med_us")
+        p99 = _med(res, "tunescope", work, "step_p99_us")
+        ok = med <= TARGET_STEP_MED_US and p99 <= TARGET_STEP_P99_US
+        verdicts.append(
+            f"{work}: step call in the loop median {med:.2f} µs, p99 {p99:.1f} µs — {_verdict(ok)}"
+        )
+        row(
+            work,
+            "step call in the loop, median µs",
+            each(work, "step_med_us", ".2f"),
+            f"≤ {TARGET_STEP_MED_US:g}",
+        )
+        row(
+            work,
+            "step call in the loop, p99 µs",
+            each(work, "step_p99_us", ".1f"),
+            f"≤ {TARGET_STEP_P99_US:g}: {_verdict(ok)}",
+        )
+        row(work, "step call batched, µs per call", each(work, "step_batched_us", ".2f"))
+        row(work, "monitor processes' memory, MiB", each(work, "monitor_mib", ".1f"))
+        del mem
+    fast = [r["total_pct"] for r in res[("tunescope", "B", 0.1)]]
+    ok = statistics.median(fast) <= TARGET_FAST_PCT
+    verdicts.append(
+        f"B at 0.1 s: tunescope {statistics.median(fast):.2f}% ≤ {TARGET_FAST_PCT:g}% — "
+        + _verdict(ok)
+    )
+    lines.append(
+        f"| B: tunescope at 0.1 s, monitor total, % of a core | – | – | {_stats(fast, '.2f')} "
+        f"| ≤ {TARGET_FAST_PCT:g}: {_verdict(ok)} |"
+    )
+    return lines, verdicts
+
+
+def day_table(day: dict[str, dict[str, Any]]) -> list[str]:
+    def row(name: str, key: str, fmt: str) -> str:
+        base = day["tunescope"][key]
+        cells = []
+        for t in TOOLS:
+            x = day[t].get(key)
+            if x is None:
+                cells.append("n/a")
+                continue
+            r = f" ({x / base:.1f}x)" if t != "tunescope" and base > 0 else ""
+            cells.append(format(x, fmt) + r)
+        return f"| {name} | " + " | ".join(cells) + " | – |"
+
+    return [
+        "| 24 h series at 1 Hz | W&B (offline) | MLflow (SQLite) | tunescope (SQLite) | target |",
+        "|---|---|---|---|---|",
+        row("bytes on disk per point, 24 h 1 Hz series", "day_bytes_per_point", ".2f"),
+        row("writing that series, s", "day_write_s", ".1f"),
+        row("1,000-point window of it (min/max/mean), ms", "day_window_ms", ".1f"),
+        f"| 1,000 sampled points of it (no min/max), ms | n/a | "
+        f"{day['mlflow']['day_sampled_ms']:.1f} | n/a | – |",
+    ]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--default-s",
-        type=float,
-        default=50.0,
-        help="loop seconds per tool at its default interval",
-    )
-    ap.add_argument(
-        "--fast-s", type=float, default=25.0, help="loop seconds per tool at a 1 s interval"
-    )
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (at least 3)")
+    ap.add_argument("--a-s", type=float, default=40.0, help="loop seconds of workload A")
+    ap.add_argument("--b-s", type=float, default=20.0, help="loop seconds of workload B")
+    ap.add_argument("--f-s", type=float, default=20.0, help="loop seconds of workload F")
     ap.add_argument(
         "--write-docs", action="store_true", help=f"write {DOC.relative_to(HERE.parent)}"
     )
@@ -671,26 +930,67 @@ def main() -> int:
     args = ap.parse_args()
     if args.child:
         tool, what, interval, seconds = args.child
-        return child(tool, what, float(interval) or None, float(seconds))
+        return child(tool, what, float(interval), float(seconds))
+    if args.rounds < 3:
+        ap.error("--rounds: at least 3")
+    seconds = {"A": args.a_s, "B": args.b_s, "F": args.f_s}
     started = time.perf_counter()
-    res: dict[str, dict[str, dict[str, Any]]] = {t: {} for t in TOOLS}
-    for t in TOOLS:
-        res[t]["default"] = _run_child(t, "default", None, args.default_s)
-    for t in TOOLS:
-        res[t]["fast"] = _run_child(t, "fast", 1.0, args.fast_s)
-    for t in TOOLS:
-        res[t]["day"] = _run_child(t, "day", None, 0)
+    res: Res = {}
+    rounds: list[str] = []
+    for r in range(args.rounds):
+        order = TOOLS[r % len(TOOLS) :] + TOOLS[: r % len(TOOLS)]
+        loads = []
+        for work in WORKLOADS:
+            runs = [(t, 1.0) for t in order] + ([("tunescope", 0.1)] if work == "B" else [])
+            for tool, interval in runs:
+                got = _run_child(tool, work, interval, seconds[work])
+                res.setdefault((tool, work, interval), []).append(got)
+                loads.append((got["load1"], got["host_busy_pct"]))
+                print(
+                    f"  round {r + 1} {work} {tool:<9} {interval:g} s: monitor "
+                    f"{got['monitor_pct']:.2f}% + threads {got['threads_pct']:.2f}% of a core, "
+                    f"kept {got['kept']:.3f}/s, step {got['step_med_us']:.2f}/"
+                    f"{got['step_p99_us']:.1f} µs, "
+                    f"load {got['load1']:.1f}, host busy {got['host_busy_pct']:.0f}% "
+                    f"({got['phase_s']:.0f} s)",
+                    flush=True,
+                )
+        rounds.append(
+            f"round {r + 1} (order {', '.join(NAMES[t] for t in order)}): 1-min load "
+            f"{min(x for x, _ in loads):.1f}–{max(x for x, _ in loads):.1f}, host CPU busy "
+            f"{min(y for _, y in loads):.0f}–{max(y for _, y in loads):.0f}%"
+        )
+    day = {t: _run_child(t, "day", 1.0, 0) for t in TOOLS}
     total = time.perf_counter() - started
-    lines = table(res)
+    lines, verdicts = table(res)
+    pss = [x for t in TOOLS for r in res[(t, "A", 1.0)] for x in r["pss_ms_per_gib"]]
     print("\n".join(lines))
+    print("\n".join(rounds))
+    print("targets: " + "; ".join(verdicts))
+    print(
+        f"one smaps_rollup read: {statistics.median(pss):.1f} ms of CPU per GiB held "
+        f"(median of {len(pss)})"
+    )
+    print("\n".join(day_table(day)))
     print(f"(whole run {total:.0f} s)")
     if args.write_docs:
-        DOC.write_text(_doc(res, lines, total), encoding="utf-8")
+        DOC.write_text(
+            _doc(res, lines, rounds, verdicts, day, pss, total, seconds), encoding="utf-8"
+        )
         print(f"wrote {DOC}")
     return 0
 
 
-def _doc(res: dict[str, dict[str, dict[str, Any]]], lines: list[str], total: float) -> str:
+def _doc(
+    res: Res,
+    lines: list[str],
+    rounds: list[str],
+    verdicts: list[str],
+    day: dict[str, dict[str, Any]],
+    pss: list[float],
+    total: float,
+    seconds: dict[str, float],
+) -> str:
     versions = ", ".join(f"{name} {ver}" for name, ver in _versions().items())
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = (
@@ -698,69 +998,85 @@ def _doc(res: dict[str, dict[str, dict[str, Any]]], lines: list[str], total: flo
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}"
     )
-    how = "\n".join(
-        f"- {name}: {res[t]['day']['day_how']}."
-        for t, name in zip(TOOLS, ("W&B", "MLflow", "tunescope"), strict=True)
-    )
-    odds = ", ".join(
-        f"{min(1.0, (SPIKE_S + LAG_S) / T):.0%} at {T:g} s"
-        for T in sorted({1.0, *(res[t]["default"]["interval"] for t in TOOLS)})
-    )
-    mon = "\n".join(
-        f"- {name}: {res[t]['fast']['monitor']}; step call `{res[t]['fast']['step_call']}`."
-        for t, name in zip(TOOLS, ("W&B", "MLflow", "tunescope"), strict=True)
-    )
+    mem = {
+        w: statistics.median(r["workload_mib"] for t in TOOLS for r in res[(t, w, 1.0)])
+        for w in WORKLOADS
+    }
+    how = "\n".join(f"- {NAMES[t]}: {day[t]['day_how']}." for t in TOOLS)
+    n = len(rounds)
     return f"""# Performance beside W&B and MLflow
 
 Generated by `make bench-peers` (`bench/bench_peers.py --write-docs`, in its own venv
 `bench/.venv-peers`); do not edit by hand. One run, every tool side by side on the same
-machine; the machine is shared and noisy, so read the figures as ratios between the tools
-measured in this run, not as absolute costs.
+machine, in {n} interleaved rounds (the tools' order turned each round); figures are the
+median (min–max) over the rounds. The machine is shared and may be loaded (the load of each
+round is below), so read the figures as ratios between the tools measured in this run.
 
 - Machine: {machine}
 - Versions: {versions}
 - Date: {when}; whole run {total:.0f} s
 
-## The workload
+## The workloads
 
-The same loop under each tool, in a fresh process per tool and interval: a step every
-{STEP_S * 1000:.0f} ms, busy {DUTY:.0%} of it, marked with the tool's step call; every
-{SPIKE_EVERY_S:g} s a {SPIKE_MIB} MiB array is written and held {SPIKE_S} s. Each tool's
-system monitor ran at its default interval ({res["wandb"]["default"]["loop_s"]:.0f} s of
-loop) and at 1 s ({res["wandb"]["fast"]["loop_s"]:.0f} s of loop). W&B ran offline
-(`WANDB_MODE=offline`), MLflow with `log_system_metrics=True` on a SQLite store, tunescope
-with `tunescope.record` on SQLite.
+Each in a fresh process per tool and round, a step every {STEP_S * 1000:.0f} ms marked with the
+tool's step call:
+
+- **A** ({seconds["A"]:g} s a round): busy {DUTY:.0%} of each step; every {SPIKE_EVERY_S:g} s a
+  {SPIKE_MIB} MiB numpy array is written and held {SPIKE_S:g} s. Memory at a spike's height:
+  {mem["A"]:.0f} MiB (PSS).
+- **B** ({seconds["B"]:g} s a round): a torch CPU training loop (MLP 1024-2048-1024, batch 64,
+  SGD, one thread); {mem["B"]:.0f} MiB (PSS), the allocator taking and giving back pages every
+  step.
+- **F** ({seconds["F"]:g} s a round): a torch DataLoader with {WORKERS} forked workers over a
+  {SHARED_MIB} MiB tensor held by the training process (its pages shared with the workers);
+  {mem["F"]:.0f} MiB (PSS of the tree, shared pages once).
+
+Each tool's system monitor at 1 s: W&B offline (`x_stats_sampling_interval=1`), MLflow
+`log_system_metrics=True` with a 1 s sampling interval on a SQLite store, tunescope as a script
+runs under it, `tunescope run --interval 1 -- python ...` (the wrapper's and the sampler's
+CPU both counted), its step through `tunescope.record.current_trial()`; tunescope also at 0.1 s
+on B.
+
+Reading PSS (`smaps_rollup`) cost {statistics.median(pss):.1f} ms of CPU per GiB held (median of
+{len(pss)} reads at the height of A's spikes); tunescope's sampler reads it in full only when
+its process tree changes, when its estimate from `statm` may have drifted 2%, and otherwise
+within 0.1% of a core (see [metrics.md](metrics.md)).
 
 ## Results
 
 {chr(10).join(lines)}
 
-Ratios in brackets are to tunescope's figure in the same run. Spike counts are small and
-vary from run to run: one sample every T s lands inside a {SPIKE_S} s spike, or up to
-{LAG_S} s after it, with probability at most about {SPIKE_S + LAG_S:g}/T ({odds}).
+Targets: {"; ".join(verdicts)}.
+
+Load per round:
+{chr(10).join("- " + r for r in rounds)}
 
 ## How each figure was read
 
-Spikes and samples come from each tool's own recorded data, read back after the loop: W&B's
-`proc.memory.rssMB` from the offline `.wandb` file (records parsed with `wandb.proto`),
-MLflow's `system/system_memory_usage_megabytes` through `MlflowClient().get_metric_history`
-(MLflow records the host's memory, so other processes on the machine add noise), tunescope's
-`cpu.mem` through `Store.read_samples`. A spike is caught when a sample timed inside it (up
-to {LAG_S} s after its end) is at least half the spike's size above the median of the nearby
-samples outside spikes. Samples kept: samples timed inside the loop against loop time /
-interval.
+From inside the training process, over the loop: monitor processes' CPU (W&B: wandb-core and
+its children; tunescope: the sampler and `tunescope run`'s wrapper; MLflow runs none) from
+psutil; the threads each tool started in the training process (W&B's and tunescope's I/O
+threads, MLflow's SystemMetricsMonitor) from `/proc/self/task/TID/stat`, shown apart. The
+step call (`wandb.log`, `mlflow.log_metric`, `trial.log`) timed one call at a time in the
+loop (median, p99) and, after the loop, in batches. Memory samples from each tool's own
+record, read back after the loop: W&B's `proc.memory.rssMB` (the training process's RSS) from
+the offline `.wandb` file, MLflow's `system/system_memory_usage_megabytes` (the host's memory,
+so other processes on the machine add noise), tunescope's `cpu.mem` (PSS of the tree) from the
+store. On F, at 3 moments of each loop, every process of the tree's `smaps_rollup` is read
+(the truth) and compared with the tool's sample nearest in time (within 1 s): W&B's and
+MLflow's quantities are not the tree's PSS, so their error there says what they record, not
+how well. A spike is caught when a sample inside it (up to {LAG_S} s after it) is at least half
+its size above the median of nearby samples outside spikes. CPU times come in clock ticks
+(10 ms): over a loop of L seconds one tick is 1/L % of a core, so short loops read coarse
+figures (a monitor that used no whole tick reads 0.00).
 
-Monitor cost, over the loop:
-{mon}
+## A 24 h series
 
-The step call's cost is the median per call over batches of calls, in the training thread,
-with the monitor running. MLflow's `log_metric` writes to the store synchronously.
-tunescope's `trial.optimizer_step(step)` (what an integration calls per optimizer step; with
-torch, steps are recorded by a hook without any call) cost
-{res["tunescope"]["fast"]["optimizer_step_us"]:.2f} µs per call in the same run.
+86,400 points 1 s apart written once through each tool's API; bytes added on disk per point;
+the median time to read it as a 1,000-point window:
 
-The 24 h series: 86,400 points 1 s apart written once through each tool's API; bytes added
-on disk per point; the median time to read it as a 1,000-point window:
+{chr(10).join(day_table(day))}
+
 {how}
 
 "n/a" in the sampled-read row: W&B's sampled history (`Run.history(samples=…)`) is an API of

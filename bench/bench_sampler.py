@@ -12,6 +12,11 @@ Prints, each beside its target:
   memory file (PSS is computed by walking their page tables, so this is where reading
   ``smaps_rollup`` costs most; no target, compare with ``cpu_1hz.16``), measured over at
   least 60 s, so that the periodic PSS refreshes of idle processes fall in the window.
+* ``sampler.cpu_1hz.big``: one process holding ``--big-gib`` GiB of its own memory (1.5 by
+  default) that allocates and frees 8 MiB every half second, so its memory moves at every
+  sample: the sampler of main read its PSS (about 19 ms of CPU per GB) at every such sample;
+  this one follows it from ``statm`` between full reads (target <= 0.3% of a core, as one small
+  process). Beside it, ``pss_reads``: the full PSS reads this checkout's sampler made.
 * ``sampler.first_sample_ms``: median time from a trial's start (``run.trial()``) to its
   first stored sample, over several trial starts (target <= 200).
 
@@ -22,13 +27,15 @@ between the two. Without git (or with ``--compare ''``) only this checkout is me
 
 Always exits 0: the figures are for people to read (shared machines are noisy).
 
-Usage: python bench/bench_sampler.py [--seconds 20] [--warmup 5] [--pss-gib 2] [--compare REF]
+Usage: python bench/bench_sampler.py [--seconds 20] [--warmup 5] [--pss-gib 2] [--big-gib 1.5]
+[--compare REF]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import statistics
@@ -72,6 +79,25 @@ TREE = textwrap.dedent(
     """
 )
 
+BIG = textwrap.dedent(
+    """
+    import mmap, os, sys, time
+    PRIVATE = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    size = int(sys.argv[1])
+    held = mmap.mmap(-1, size, PRIVATE)
+    for i in range(0, size, 4096):
+        held[i] = 1
+    os.write(1, b"up\\n")
+    while True:
+        m = mmap.mmap(-1, 8 << 20, PRIVATE)
+        for i in range(0, 8 << 20, 4096):
+            m[i] = 1
+        time.sleep(0.5)
+        m.close()
+        time.sleep(0.5)
+    """
+)
+
 FIRST = textwrap.dedent(
     """
     import sys, time
@@ -87,11 +113,38 @@ FIRST = textwrap.dedent(
     with open_store(url) as st:
         for key in keys:
             info = st.trial_by_key(key)
-            (s,) = st.list_series(info.id, "cpu.procs")
-            t, _ = st.read_samples(s.id)
+            found = st.list_series(info.id, "cpu.procs")
+            if not found:  # the trial (0.3 s) ended before the sampler's first sample
+                print("none", flush=True)
+                continue
+            t, _ = st.read_samples(found[0].id)
             print((float(t[0]) - info.start) * 1000.0, flush=True)
     """
 )
+
+
+@contextlib.contextmanager
+def session(args: list[str], ups: int) -> Iterator[int]:
+    """``python -c ARGS...`` in a session of its own, once it printed ``up`` ``ups`` times;
+    yields its pid, and kills the whole session at the end."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", *args], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert p.stdout is not None
+        for _ in range(ups):
+            if p.stdout.readline() != b"up\n":
+                raise RuntimeError("the processes measured did not start")
+        yield p.pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)  # the session this bench started
+        p.wait()
+
+
+def big(size: int) -> contextlib.AbstractContextManager[int]:
+    """One process holding ``size`` bytes of its own memory, moving 8 MiB every 0.5 s."""
+    return session([BIG, str(size)], 1)
 
 
 @contextlib.contextmanager
@@ -105,21 +158,10 @@ def tree(n: int, shm_bytes: int = 0) -> Iterator[int]:
             os.posix_fallocate(fd, 0, shm_bytes)
         finally:
             os.close(fd)
-    p = subprocess.Popen(
-        [sys.executable, "-c", TREE, str(n), str(shm_bytes), path or "-"],
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
     try:
-        assert p.stdout is not None
-        for _ in range(n):
-            if p.stdout.readline() != b"up\n":
-                raise RuntimeError("the process tree did not start")
-        yield p.pid
+        with session([TREE, str(n), str(shm_bytes), path or "-"], n) as pid:
+            yield pid
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)  # the session this bench started
-        p.wait()
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -212,8 +254,27 @@ def measure(
             s.stop()
 
 
+def pss_reads(gib: float, seconds: float) -> tuple[int, int]:
+    """(full PSS reads, samples) of this checkout's HostProbe sampling the big process at
+    1 Hz for ``seconds``."""
+    from tunescope.collect._host import HostProbe
+
+    with big(int(gib * 2**30)) as root:
+        probe = HostProbe(root)
+        n = 0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            probe.sample(time.monotonic())
+            n += 1
+            time.sleep(1.0)
+        reads = probe.pss_reads
+        probe.close()
+    return reads, n
+
+
 def first_sample_ms(src: Path, tmp: Path, n: int) -> list[float]:
-    """Milliseconds from each of ``n`` trial starts to the trial's first stored sample."""
+    """Milliseconds from each of ``n`` trial starts to the trial's first stored sample
+    (infinity for a 0.3 s trial that ended before its first sample)."""
     url = f"sqlite:///{tmp / ('first-' + uuid.uuid4().hex + '.db')}"
     env = dict(os.environ, PYTHONPATH=str(src))
     env.pop("TUNESCOPE_GPU_REPLAY", None)
@@ -225,7 +286,7 @@ def first_sample_ms(src: Path, tmp: Path, n: int) -> list[float]:
         timeout=300,
         check=True,
     )
-    return [float(x) for x in out.stdout.split()]
+    return [math.inf if x == "none" else float(x) for x in out.stdout.split()]
 
 
 def checkout(ref: str, tmp: Path) -> Path | None:
@@ -256,6 +317,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="steady stretch measured")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring")
     ap.add_argument("--pss-gib", type=float, default=2.0, help="shared memory each maps")
+    ap.add_argument("--big-gib", type=float, default=1.5, help="memory of the big process")
     ap.add_argument("--starts", type=int, default=7, help="trial starts for first-sample")
     ap.add_argument("--compare", default="main", metavar="REF", help="baseline git revision")
     args = ap.parse_args()
@@ -292,6 +354,20 @@ def main() -> int:
             with tree(n, shm) as root:
                 got = measure(srcs, tmp, root, interval, g, args.warmup, seconds)
             show(name, got, target)
+        with big(int(args.big_gib * 2**30)) as root:
+            got = measure(srcs, tmp, root, 1.0, None, args.warmup, max(args.seconds, 60.0))
+        show(
+            "cpu_1hz.big",
+            got,
+            f"({args.big_gib:g} GiB in one process, moving 8 MiB every 0.5 s; "
+            "target <= 0.3% of a core)",
+        )
+        reads = pss_reads(args.big_gib, args.warmup + max(args.seconds, 60.0))
+        print(
+            f"sampler.pss_reads.big {reads[0]} full PSS reads in {reads[1]} samples "
+            f"(this checkout's HostProbe at 1 Hz; main's read at every sample its memory moved)",
+            flush=True,
+        )
         lat: list[list[float]] = [[] for _ in srcs]
         for _ in range(2):  # alternate the two checkouts
             for i, src in enumerate(srcs):

@@ -31,12 +31,14 @@ def test_performance_doc_names_its_command_and_machine() -> None:
 
 def test_performance_doc_has_the_side_by_side_table() -> None:
     rows = [line for line in _text().splitlines() if line.startswith("|")]
-    assert rows and all(k in rows[0] for k in ("W&B", "MLflow", "tunescope")), rows[:1]
+    assert rows and all(k in rows[0] for k in ("W&B", "MLflow", "tunescope", "target")), rows[:1]
     body = [r for r in rows[2:] if r.strip("|- ")]
     assert len(body) >= 10
     for r in body:
         cells = [c.strip() for c in r.strip().strip("|").split("|")]
-        assert len(cells) == 4 and all(cells), r  # a label and one figure per tool
+        assert len(cells) == 5 and all(cells), r  # a label, one figure per tool, the target
+    for work in ("A", "B", "F"):  # the three workloads, each with its monitors' cost
+        assert any(r.startswith(f"| {work}: monitor total") for r in body), work
 
 
 def test_bench_peers_target_writes_the_doc_and_is_documented() -> None:

@@ -24,6 +24,14 @@ process group from systemd, Slurm or ``timeout``, a hang-up of the terminal it l
 nothing else: the wrapper forwards each to the command's group once. A group signal never
 stops a sampler, which records the command's end. Once the command ended, the wrapper takes
 the terminal's foreground back before it exits.
+
+Waiting: the wrapper sleeps until something happens, in one ``select`` on a ``signalfd`` of
+those signals (they stay blocked, so they wait for it as they would for ``sigtimedwait``), the
+sampler's status pipe and ``pidfd`` descriptors of the processes it waits for (the sampler;
+after a sampler died, the command and its new sampler). While the command is its own child,
+it also wakes every :data:`~tunescope.collect.OomWatch.OOM_EVERY_S` to read the command's OOM
+counter. Where Linux gives no ``signalfd`` or ``pidfd`` (before 5.3), it polls every
+:data:`POLL_S` instead.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import ctypes
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import socket
@@ -79,6 +88,8 @@ __all__ = ["parse_params", "run_command"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _PR_SET_CHILD_SUBREAPER = 36
+POLL_S = 0.05
+"""Seconds between the loop's turns where it cannot sleep on descriptors (see the module doc)."""
 MAX_PARAM_DEPTH = 32
 """How deeply a --param value's lists and objects may nest."""
 
@@ -246,6 +257,81 @@ def run_command(
     return _Wrapper(cmd, url, spec, env, node=node).run()
 
 
+class _Signals:
+    """The signals the wrapper forwards, as descriptors to sleep on. They stay blocked in
+    the wrapper's thread; one pending for the process is read from a ``signalfd(2)`` (as
+    ``sigtimedwait`` takes it). A thread that does not block them (one a library started
+    before the wrapper did: OpenBLAS's, when numpy is imported) would end the wrapper by
+    their default action: a handler that does nothing is set for each, and a signal
+    delivered there is read from Python's wakeup descriptor (``signal.set_wakeup_fd``).
+    :meth:`close` puts the handlers back. Where there is no ``signalfd``, ``sigfd`` is -1."""
+
+    _INFO = 128  # sizeof(struct signalfd_siginfo); ssi_signo is its first uint32
+
+    def __init__(self, signals: Sequence[int]) -> None:
+        self.sigfd = -1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            mask = ctypes.create_string_buffer(128)  # a sigset_t, filled by libc
+            libc.sigemptyset(mask)
+            for sig in signals:
+                libc.sigaddset(mask, int(sig))
+            fd = int(libc.signalfd(-1, mask, os.O_NONBLOCK | os.O_CLOEXEC))
+            self.sigfd = fd if fd >= 0 else -1
+        except (OSError, AttributeError):
+            pass
+        self.wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._old_wake: int | None = None
+        self._old: dict[int, Any] = {}
+        try:  # the main thread only (as the CLI runs it)
+            self._old_wake = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+            self._old = {sig: signal.signal(sig, _ignore) for sig in signals}
+        except ValueError:
+            pass
+
+    def fds(self) -> list[int]:
+        return [fd for fd in (self.sigfd, self.wake_r) if fd >= 0]
+
+    def take(self) -> list[int]:
+        """The signals that came since the last call, taken."""
+        got: list[int] = []
+        while self.sigfd >= 0:
+            try:
+                data = os.read(self.sigfd, 8 * self._INFO)
+            except OSError:  # BlockingIOError: none left
+                break
+            for at in range(0, len(data) - self._INFO + 1, self._INFO):
+                got.append(int.from_bytes(data[at : at + 4], sys.byteorder))
+            if len(data) < 8 * self._INFO:
+                break
+        while True:
+            try:
+                data = os.read(self.wake_r, 512)
+            except OSError:
+                break
+            got.extend(data)  # one byte a signal: its number
+            if len(data) < 512:
+                break
+        return got
+
+    def close(self) -> None:
+        for sig, old in self._old.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(sig, old)
+        if self._old_wake is not None:
+            signal.set_wakeup_fd(self._old_wake)
+        for fd in (self.sigfd, self.wake_r, self._wake_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.sigfd = self.wake_r = self._wake_w = -1
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """The Python-level handler of :class:`_Signals` (the signal is read from the wakeup
+    descriptor)."""
+
+
 def _forward(child: int, sig: int) -> None:
     """Send ``sig`` to the command's process group (its own: see ``collect/_spawn.py``),
     else to the command alone (it left that group)."""
@@ -289,15 +375,23 @@ class _Wrapper:
         """Whether the wrapper was the terminal's foreground group (the command is made so)."""
         self.oom: OomWatch | None = None
         """The command's OOM watch, once it is the wrapper's child (a sampler died)."""
+        self.status_r = -1
+        self._status_open = False
+        self._sigs: _Signals | None = None
+        self._pidfds: dict[int, int] = {}
+        self._adopted = True
+        """Whether the command, once a sampler died, is the wrapper's child (else its end is
+        polled for: a pidfd would stay readable while its zombie waits for another parent)."""
 
     def run(self) -> int:
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         reaper = _subreaper()
         self.foreground = terminal_is_ours()
+        self._sigs = _Signals(_SIGNALS)
         try:
             sampler = self._start_sampler()
             while self.code is None:
-                self._signals()
+                self._signals(sampler)
                 if sampler is not None:
                     self._read_status()
                     if self.code is None and sampler.poll() is not None:
@@ -319,6 +413,11 @@ class _Wrapper:
                 self._record_end(self.code)
             return self.code
         finally:
+            self._sigs.close()
+            for fd in self._pidfds.values():
+                if fd >= 0:
+                    os.close(fd)
+            self._pidfds.clear()
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
             self._say_sampler_log()
 
@@ -355,6 +454,7 @@ class _Wrapper:
         r, w = os.pipe()
         os.set_blocking(r, False)
         self.status_r = r
+        self._status_open = True
         err = os.dup(2)
         self.log = tempfile.TemporaryFile(prefix="tunescope-run-")  # noqa: SIM115
         args = [
@@ -412,15 +512,62 @@ class _Wrapper:
         )
 
     # ------------------------------------------------------------------ the loop
-    def _signals(self) -> None:
-        info = signal.sigtimedwait(_SIGNALS, 0.05)
-        if info is None:
-            return
-        # The command is in a group of its own: nothing the wrapper got reached it. Forward.
-        if self.child is None:
-            self._pending_signals.append(info.si_signo)
-            return
-        _forward(self.child, info.si_signo)
+    def _pidfd(self, pid: int) -> int:
+        """A ``pidfd`` of ``pid`` (readable once it ended), kept; -1 where there is none."""
+        fd = self._pidfds.get(pid)
+        if fd is None:
+            try:
+                fd = os.pidfd_open(pid)
+            except (OSError, AttributeError):  # Linux before 5.3; a pid gone or not ours
+                fd = -1
+            self._pidfds[pid] = fd
+        return fd
+
+    def _sleep(self, sampler: subprocess.Popen[bytes] | None) -> None:
+        """Sleep until a signal, a status line or the end of a process waited for, or the
+        OOM watch's next read, is due (see the module doc)."""
+        assert self._sigs is not None
+        fds = self._sigs.fds()
+        timeout: float | None = None
+        waited: list[int] = []
+        if sampler is not None:
+            if self._status_open:
+                fds.append(self.status_r)
+            waited.append(sampler.pid)
+        elif self.child is not None:
+            if self._adopted:
+                waited.append(self.child)
+            else:
+                timeout = POLL_S
+            if self.watcher is not None:
+                waited.append(self.watcher.pid)
+            if self.oom is not None:
+                timeout = OomWatch.OOM_EVERY_S
+        else:
+            timeout = POLL_S
+        for pid in waited:
+            fd = self._pidfd(pid)
+            if fd < 0:
+                timeout = POLL_S
+            else:
+                fds.append(fd)
+        with contextlib.suppress(InterruptedError):
+            select.select(fds, [], [], timeout)
+
+    def _signals(self, sampler: subprocess.Popen[bytes] | None) -> None:
+        assert self._sigs is not None
+        if self._sigs.sigfd >= 0:
+            self._sleep(sampler)
+            got = self._sigs.take()
+        else:
+            info = signal.sigtimedwait(_SIGNALS, POLL_S)
+            got = ([] if info is None else [info.si_signo]) + self._sigs.take()
+        for sig in got:
+            # The command is in a group of its own: nothing the wrapper got reached it. Forward.
+            if self.child is None:
+                self._pending_signals.append(sig)
+            else:
+                _forward(self.child, sig)
 
     def _read_status(self, final: bool = False) -> None:
         while True:
@@ -430,7 +577,8 @@ class _Wrapper:
                 return
             except OSError:
                 return
-            if not chunk:
+            if not chunk:  # the sampler's end of the pipe is closed: nothing more comes
+                self._status_open = False
                 return
             self._buf += chunk
             *lines, self._buf = self._buf.split(b"\n")
@@ -469,6 +617,7 @@ class _Wrapper:
         try:
             pid, status = os.waitpid(self.child, os.WNOHANG)
         except ChildProcessError:  # not ours (no subreaper): poll for its end
+            self._adopted = False
             try:
                 os.kill(self.child, 0)
             except ProcessLookupError:

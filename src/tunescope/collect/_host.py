@@ -16,22 +16,38 @@ their ``/proc/PID/stat`` and ``/proc/PID/io`` (a ``pread`` each; such a descript
 to its process, so a reused pid never reads another's counters).
 
 ``cpu.mem`` and PSS: reading ``smaps_rollup`` walks a process's page tables, a cost that grows
-with its mapped memory (milliseconds per GiB), so a process's PSS is read again only when:
+with its mapped memory (about 19 ms of CPU per GB), while ``/proc/PID/statm`` costs the same for
+1 MB and 100 GB. So the tree's PSS is read in full (every live process's ``smaps_rollup``, at one
+sample) only now and then, and in between each process's figure is its PSS at that read moved
+by what ``statm`` shows since: the change of its anonymous RSS (``resident - shared``) and of
+its file and shmem RSS (``shared``). Anonymous pages a process gains are its own (its PSS grows
+by them exactly: a spike shows at its height at the next sample); a process whose anonymous
+pages were all its own at the read (``Anonymous`` = ``Pss_Anon`` of ``smaps_rollup``) loses
+exactly what its anonymous RSS drops. What ``statm`` cannot place is counted as *drift*, an
+upper bound on how far the estimate may be from PSS, per process since the read:
 
-1. its RSS or its page-fault count (minor + major, ``/proc/PID/stat``) moved since its last
-   read: it mapped, touched, copied on write or lost pages;
-2. a process joined or left the tree (or became a zombie): shared pages changed hands, for
-   every process of the tree;
-3. the refresh period passed since its last read (staggered over the tree): pages it shares
-   with another process change its PSS when that process maps, copies or drops them, with no
-   sign in its own counters. The period is :data:`PSS_REFRESH_S`, or longer where the tree's
-   PSS reads take so long that refreshing them that often would cost more than
-   :data:`PSS_REFRESH_SHARE` of a core: the CPU time the last read of every process took,
-   summed over the tree, / that share (16 processes mapping 2 GiB each: about 30 s).
+* the file and shmem RSS change, in full (pages another process maps count part);
+* where the process shared anonymous pages at the read (forked workers, their parent), an
+  anonymous drop (up to twice ``Anonymous - Pss_Anon``: the shared pages it mapped), and page
+  faults its RSS growth does not explain, in pages (copies on write, which add a page to the
+  tree without moving any RSS), up to the same bound.
 
-A spike in a process's memory shows at the next sample (rule 1); a change in sharing made by
-another process, while the process whose share changes neither faults nor moves its RSS and the
-tree keeps its members, shows within the refresh period.
+The tree is read in full again:
+
+1. when a process joined or left it (or became a zombie): shared pages changed hands;
+2. when the drift summed over the tree passed :data:`PSS_DRIFT` of the tree's memory (at
+   least :data:`PSS_DRIFT_FLOOR`);
+3. otherwise, within a CPU budget of :data:`PSS_SHARE` of a core (the CPU time full reads
+   took accrues to it; reads for rules 1 and 2 draw on it too, so the budget is an average):
+   when any process's RSS or faults moved since the last read (a tree whose reads are cheap,
+   a few MB, is read as before, at every change), and when :data:`PSS_REFRESH_S` passed since
+   the last read (:data:`PSS_REFRESH_SOLO_S` for a tree of one process): PSS also moves with
+   pages shared with processes outside the tree, with no sign in the tree's counters.
+
+So a single-process tree, whose growth and shrinkage ``statm`` places exactly, is read at most
+every :data:`PSS_REFRESH_SOLO_S` or as the budget allows; a forked tree is read again whenever
+its workers copy or map shared pages in amounts that matter. :attr:`HostProbe.pss_reads`
+counts the full reads.
 
 Metrics (catalog keys, base units):
 
@@ -79,8 +95,8 @@ Network counters are kept per interface: one that appears, or whose counters dro
 and made again), counts from zero (interfaces start at zero); one that goes away contributes
 nothing more.
 
-Cost per sample: two ``pread`` calls per process of the tree (``stat``, ``io``), a
-``smaps_rollup`` read per process whose PSS may have changed (above), ``/proc/stat``,
+Cost per sample: three ``pread`` calls per process of the tree (``stat``, ``statm``, ``io``),
+a ``smaps_rollup`` read per process at a full read (above), ``/proc/stat``,
 ``/proc/meminfo``, the namespace's ``/proc/PID/net/dev``, and a ``/proc`` listing when a
 process was made anywhere on the machine since the previous sample.
 """
@@ -100,8 +116,11 @@ from tunescope.collect._once import LOGGER_NAME
 
 __all__ = [
     "HOST_METRICS",
+    "PSS_DRIFT",
+    "PSS_DRIFT_FLOOR",
     "PSS_REFRESH_S",
-    "PSS_REFRESH_SHARE",
+    "PSS_REFRESH_SOLO_S",
+    "PSS_SHARE",
     "HostProbe",
     "ProcInfo",
     "parse_net_dev",
@@ -129,12 +148,20 @@ LIMITS_TTL = 10.0
 """Seconds between re-reads of the cgroup limits and affinity (they rarely change)."""
 
 PSS_REFRESH_S = 10.0
-"""Longest a process's PSS goes without a re-read while nothing in the tree changed (see the
-module doc: pages it shares with other processes can change it unseen), unless the reads cost
-more than :data:`PSS_REFRESH_SHARE` of a core."""
+"""Seconds after which a tree of several processes is read in full again though nothing moved
+(see the module doc: pages shared outside the tree change PSS unseen), budget permitting."""
 
-PSS_REFRESH_SHARE = 0.01
-"""Share of a core the periodic PSS refreshes may take at most, on average."""
+PSS_REFRESH_SOLO_S = 60.0
+"""As :data:`PSS_REFRESH_S`, for a tree of one process."""
+
+PSS_SHARE = 0.001
+"""Share of a core the full PSS reads may take on average (rule 3 of the module doc)."""
+
+PSS_DRIFT = 0.02
+"""Drift bound: the share of the tree's memory the estimate may be off by before a full read."""
+
+PSS_DRIFT_FLOOR = float(1 << 20)
+"""The drift bound's least value, bytes."""
 
 _MAX_KEPT_FDS = 512
 """Descriptors kept open on ``/proc/PID/{stat,io}`` at most (past that, opened at each read)."""
@@ -148,6 +175,8 @@ class _Member:
     """What the probe keeps about one process of the tree between samples."""
 
     __slots__ = (
+        "anon",
+        "base",
         "cpu",
         "create_time",
         "faults",
@@ -157,13 +186,13 @@ class _Member:
         "pid",
         "ppid",
         "pss",
-        "pss_cost",
-        "pss_due",
         "pss_ok",
         "rss",
-        "sig",
+        "shared",
+        "shared_anon",
         "start",
         "stat_fd",
+        "statm_fd",
         "zombie",
     )
 
@@ -173,6 +202,7 @@ class _Member:
         self.start: int | None = None  # clock ticks after boot
         self.create_time = 0.0
         self.stat_fd = -1
+        self.statm_fd = -1
         self.io_fd = -1
         self.io_ok = True
         self.pss_ok = True
@@ -181,10 +211,25 @@ class _Member:
         self.cpu = 0.0
         self.rss = 0
         self.faults = 0
-        self.pss: float | None = None
-        self.sig: tuple[int, int] | None = None  # (rss, faults) when PSS was last read
-        self.pss_due = 0.0
-        self.pss_cost = 0.0  # CPU seconds the last read took
+        self.anon = 0  # anonymous RSS (statm: resident - shared), bytes
+        self.shared = 0  # file and shmem RSS (statm: shared), bytes
+        self.pss: float | None = None  # at the last full read
+        self.base: tuple[int, int, int] | None = None  # (anon, shared, faults) then
+        self.shared_anon = 0.0  # Anonymous - Pss_Anon then: > 0 when it shared anon pages
+
+    def estimate(self) -> tuple[float, float]:
+        """(PSS now as estimated from the last full read, drift bound), bytes; see the
+        module doc."""
+        if self.pss is None or self.base is None:
+            return 0.0, 0.0
+        anon0, shared0, faults0 = self.base
+        d_anon, d_shared = self.anon - anon0, self.shared - shared0
+        drift = float(abs(d_shared))
+        if self.shared_anon > 0:
+            cap = 2.0 * self.shared_anon
+            unexplained = (self.faults - faults0) * _PAGE - max(0, d_anon) - max(0, d_shared)
+            drift += min(cap, float(max(0, -d_anon))) + min(cap, float(max(0, unexplained)))
+        return max(0.0, self.pss + d_anon + d_shared), drift
 
 
 def _read(path: str, size: int = _READ) -> bytes:
@@ -243,9 +288,11 @@ def _boot_time(proc: str) -> float:
     return 0.0
 
 
-def _read_pss(base: str) -> float | None:
-    """PSS in bytes from ``smaps_rollup`` (Linux 4.14+), else the sum over ``smaps``; None
-    when the process has no memory left (it is exiting)."""
+def _read_pss(base: str) -> tuple[float, float] | None:
+    """(PSS, ``Anonymous - Pss_Anon``) in bytes from ``smaps_rollup`` (Linux 4.14+), else
+    summed over ``smaps``; the second is ``Anonymous`` where no ``Pss_Anon`` is given (before
+    Linux 5.8), as if every anonymous page were shared. None when the process has no memory
+    left (it is exiting)."""
     try:
         with open(base + "/smaps_rollup", "rb") as fh:
             text = fh.read()
@@ -254,15 +301,21 @@ def _read_pss(base: str) -> float | None:
             text = fh.read()
     if not text:
         return None
-    total = 0
-    found = False
+    total = anon = pss_anon = 0
+    found = has_pss_anon = False
     for line in text.split(b"\n"):
         if line.startswith(b"Pss:"):
             total += int(line.split()[1])
             found = True
+        elif line.startswith(b"Anonymous:"):
+            anon += int(line.split()[1])
+        elif line.startswith(b"Pss_Anon:"):
+            pss_anon += int(line.split()[1])
+            has_pss_anon = True
     if not found:
         raise ValueError("no Pss line")
-    return total * 1024.0
+    shared_anon = max(0, anon - pss_anon) if has_pss_anon else anon
+    return total * 1024.0, shared_anon * 1024.0
 
 
 @dataclass(frozen=True)
@@ -341,6 +394,12 @@ class HostProbe:
         """Every pid ever seen in the tree (the root included)."""
         self.current_pids: set[int] = set()
         """Pids of the tree at the last sample."""
+        self.pss_reads = 0
+        """Full PSS reads of the tree so far (see the module doc)."""
+        self._pss_at = -float("inf")  # monotonic time of the last full read
+        self._pss_cost = 0.0  # CPU seconds it took
+        self._pss_budget = 0.0  # CPU seconds rule 3 may spend now
+        self._budget_at: float | None = None
 
     # ------------------------------------------------------------------ process tree
     def _scan(self) -> dict[int, int]:
@@ -420,12 +479,12 @@ class HostProbe:
         return _read(f"{self._proc_s}/{m.pid}/{name}")
 
     def _close(self, m: _Member) -> None:
-        for fd in (m.stat_fd, m.io_fd):
+        for fd in (m.stat_fd, m.statm_fd, m.io_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 self._kept_fds -= 1
-        m.stat_fd = m.io_fd = -1
+        m.stat_fd = m.statm_fd = m.io_fd = -1
 
     def close(self) -> None:
         """Close the descriptors kept open for the tree's processes."""
@@ -501,25 +560,49 @@ class HostProbe:
             )
             return None
 
-    def _pss(self, m: _Member, mono: float, everyone: bool, period: float) -> None:
-        """Re-read ``m``'s PSS when it may have changed (the rule in the module doc)."""
-        sig = (m.rss, m.faults)
-        if not everyone and m.pss is not None and m.sig == sig and mono < m.pss_due:
+    def _statm(self, m: _Member) -> None:
+        """``m``'s anonymous and file + shmem RSS from ``/proc/PID/statm`` (kept as they were
+        when it cannot be read: it is exiting)."""
+        try:
+            if m.statm_fd < 0 and m.stat_fd >= 0:
+                m.statm_fd = self._open(m.pid, "statm")
+            f = self._reread(m, m.statm_fd, "statm").split()
+            resident, shared = int(f[1]) * _PAGE, int(f[2]) * _PAGE
+        except (OSError, ValueError, IndexError):
             return
-        m.sig = sig
-        if m.pss is None:  # the first read: stagger the refreshes of a tree read at once
-            m.pss_due = mono + period * (1.0 - (m.pid % 16) / 16.0)
-        else:
-            m.pss_due = mono + period
-        if m.pss_ok:
+        m.anon, m.shared = max(0, resident - shared), shared
+
+    def _pss_tree(self, members: list[_Member], mono: float, changed: bool) -> None:
+        """Read the PSS of every process of ``members`` when the rules of the module doc
+        call for it."""
+        if self._budget_at is not None:
+            cap = max(2.0 * self._pss_cost, PSS_SHARE)
+            self._pss_budget = min(cap, self._pss_budget + (mono - self._budget_at) * PSS_SHARE)
+        self._budget_at = mono
+        if not members:
+            return
+        need = changed or any(m.pss is None for m in members)
+        if not need:
+            est = drift = 0.0
+            for m in members:
+                e, d = m.estimate()
+                est += e
+                drift += d
+            need = drift > max(PSS_DRIFT * est, PSS_DRIFT_FLOOR)
+        if not need and self._pss_budget >= self._pss_cost:
+            period = PSS_REFRESH_SOLO_S if len(members) == 1 else PSS_REFRESH_S
+            need = mono - self._pss_at >= period or any(
+                m.base != (m.anon, m.shared, m.faults) for m in members
+            )
+        if not need:
+            return
+        t0 = time.thread_time()  # CPU time: a loaded machine does not lengthen it
+        for m in members:
+            m.base = (m.anon, m.shared, m.faults)
             try:
-                t0 = time.thread_time()  # CPU time: a loaded machine does not lengthen it
-                m.pss = _read_pss(f"{self._proc_s}/{m.pid}")
-                m.pss_cost = time.thread_time() - t0
-                return
+                got = _read_pss(f"{self._proc_s}/{m.pid}")
             except (FileNotFoundError, ProcessLookupError):
-                m.pss = None
-                return
+                got = None
             except (OSError, ValueError) as exc:
                 m.pss_ok = False
                 self._log(
@@ -529,7 +612,12 @@ class HostProbe:
                     m.pid,
                     exc,
                 )
-        m.pss = float(m.rss)
+                continue
+            m.pss, m.shared_anon = (None, 0.0) if got is None else got
+        self._pss_cost = time.thread_time() - t0
+        self._pss_budget -= self._pss_cost
+        self._pss_at = mono
+        self.pss_reads += 1
 
     def tree(self, mono: float | None = None) -> list[ProcInfo]:
         """The processes of the trial now, the sampler's own subtree left out."""
@@ -553,20 +641,28 @@ class HostProbe:
                 self._close(old)
         self._members = members
         live = frozenset((m.pid, m.start) for m in members.values() if not m.zombie)
-        everyone = live != self._live  # a process came or went: shared pages changed hands
+        changed = live != self._live  # a process came or went: shared pages changed hands
         self._live = live
-        period = max(PSS_REFRESH_S, sum(m.pss_cost for m in members.values()) / PSS_REFRESH_SHARE)
+        alive = [m for m in members.values() if not m.zombie]
+        for m in alive:
+            self._statm(m)
+        self._pss_tree([m for m in alive if m.pss_ok], mono, changed)
         out: list[ProcInfo] = []
         for m in members.values():
             io = self._read_io(m)
-            if not m.zombie:
-                self._pss(m, mono, everyone, period)
+            mem: float | None = None
+            if m.zombie:
+                pass
+            elif not m.pss_ok:
+                mem = float(m.rss)
+            elif m.pss is not None:
+                mem = m.estimate()[0]
             out.append(
                 ProcInfo(
                     m.pid,
                     m.create_time,
                     m.cpu,
-                    None if m.zombie else m.pss,
+                    mem,
                     m.pss_ok,
                     m.zombie,
                     io,

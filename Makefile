@@ -117,7 +117,8 @@ PEERS_STAMP := $(PEERS_VENV)/.installed
 $(PEERS_STAMP): pyproject.toml
 	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q --upgrade pip
-	$(PEERS_VENV)/bin/pip install -q -e . wandb mlflow psutil torch
+	$(PEERS_VENV)/bin/pip install -q torch==2.13.0
+	$(PEERS_VENV)/bin/pip install -q -e . wandb mlflow psutil
 	touch $(PEERS_STAMP)
 
 bench-peers: $(PEERS_STAMP)

@@ -5,20 +5,17 @@ see ``analyze/_usage.py``). Register with ``app.command(cls=Command)(usage)``.""
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 from typing import Annotated, Any
 
 import typer
 
 from tunescope.cli import _format as fmt
-from tunescope.cli._input import StoreOpt
+from tunescope.cli._input import StoreOpt, duration_s
 from tunescope.errors import ConfigError
 
 __all__ = ["USAGE_FIGURES", "moment", "usage"]
 
-_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 USAGE_FIGURES = (
     "gpu_held_s",
@@ -43,9 +40,9 @@ def moment(text: str, option: str, now: float) -> float:
     ``45s``) or a date (``2026-01-31``, UTC midnight) or ISO date and time (UTC unless it
     names its offset). ConfigError (one line, exit 2) otherwise."""
     s = text.strip()
-    m = _AGO.fullmatch(s)
-    if m is not None:
-        return now - float(m.group(1)) * _UNIT_S[m.group(2)]
+    ago = duration_s(s)
+    if ago > 0:
+        return now - ago
     try:
         when = dt.datetime.fromisoformat(s)
     except ValueError:

@@ -87,6 +87,8 @@ def protected(team: Team, project: str) -> list[tuple[str, str, dict[str, str]]]
             filled = path.replace("{run}", str(team.runs[project]))
             filled = filled.replace("{trial}", str(team.trials[project]))
             params = {"metric": "cpu.util"} if path.endswith("/series") else {}
+            if path == "/api/usage":  # a time range is required
+                params = {"since": "0", "until": str(time.time() + 3600)}
             out.append((m, filled, params))
     return out
 

@@ -28,6 +28,10 @@ function text(x: number, y: number, s: string, anchor = "middle"): SVGTextElemen
 function scatter(f: Frontier, run: number, label: string, unit: string,
                  cost: (t: Trial) => number | null, front: (t: Trial) => boolean, testid: string): HTMLElement {
   const pts = f.trials.filter((t) => t.objective !== null && cost(t) !== null);
+  if (!pts.length) {  // e.g. a sweep on the CPU: no trial held a GPU
+    return h("figure", { class: "frontier-figure", "data-testid": testid },
+      h("p", { class: "muted" }, `No scored trial has a ${label} figure (none held a GPU): nothing to plot.`));
+  }
   const W = 360, H = 230, L = 52, B = 34, T = 10, R = 12;
   const xs = pts.map((t) => cost(t)!), ys = pts.map((t) => t.objective!);
   const x0 = 0, x1 = Math.max(1e-9, ...xs) * 1.05;

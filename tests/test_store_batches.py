@@ -109,24 +109,28 @@ def test_trial_changes_heartbeat_pids_params_and_end(store: Store) -> None:
 
 
 def test_an_end_taken_with_the_last_sample_is_not_before_it_once_stored(store: Store) -> None:
-    """Sample times are kept to the millisecond; the end is kept the same way, so a final
-    sample taken at the end's instant (the sampler's last one) never lies after the end (a
-    time at .0006 once rounded the sample up past an end kept exactly)."""
-    sp = spec()
-    t_end = T0 + 1.4209406
-    tid = store.write(
-        Batch(
-            sp.key,
-            spec=sp,
-            samples=(("cpu.procs", None, None, t_end, 1.0),),
-            end=TrialEnd("failed", t_end, "gone", only_if_running=True),
+    """Sample times are kept to the millisecond (rounded to the nearest), event times as
+    given; the end is kept to the millisecond rounded up, so neither a final sample nor an
+    event taken at the end's instant lies after it (CI saw both: a sample rounded up past an
+    end kept exactly, then an event past an end rounded to the nearest)."""
+    for frac in (1.4209406, 1.5562124, 1.25, 1.0):
+        sp = spec()
+        t_end = T0 + frac
+        tid = store.write(
+            Batch(
+                sp.key,
+                spec=sp,
+                samples=(("cpu.procs", None, None, t_end, 1.0),),
+                events=(("mark", t_end, "last", None, None, None, None),),
+                end=TrialEnd("failed", t_end, "gone", only_if_running=True),
+            )
         )
-    )
-    info = store.get_trial(tid)
-    t, _ = store.read_samples(store.list_series(tid, "cpu.procs")[0].id)
-    assert info.end is not None
-    assert t[-1] <= info.end
-    assert info.end == pytest.approx(t_end, abs=5e-4)
+        info = store.get_trial(tid)
+        t, _ = store.read_samples(store.list_series(tid, "cpu.procs")[0].id)
+        (ev,) = store.all_events(tid, kinds=["mark"])
+        assert info.end is not None
+        assert t[-1] <= info.end and ev.t <= info.end, (frac, t[-1], ev.t, info.end)
+        assert t_end <= info.end < t_end + 1e-3
 
 
 def test_series_notes_are_kept_from_the_first_sample_that_gives_one(store: Store) -> None:

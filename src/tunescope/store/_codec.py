@@ -45,6 +45,7 @@ lzma.LZMAError or struct.error; the store then skips that chunk (see ``Store.win
 from __future__ import annotations
 
 import lzma
+import math
 import struct
 import zlib
 from typing import Any
@@ -67,7 +68,7 @@ __all__ = [
     "decode_many",
     "encode",
     "encode_blocks",
-    "stored_time",
+    "stored_end",
     "to_stored",
 ]
 
@@ -119,10 +120,11 @@ _BLOCKS2_DTYPE = np.dtype(
 the first block) to its first, ms from its first to its last, then as BLOCK_DTYPE."""
 
 
-def stored_time(t: float) -> float:
-    """A time as the store keeps it: to the millisecond, rounded as sample times are (so a
-    trial's end that is not before a sample is not before it once both are stored)."""
-    return float(np.round(t * 1000.0) / 1000.0)
+def stored_end(t: float) -> float:
+    """A trial's end as the store keeps it: to the millisecond, rounded up, so that nothing
+    taken at or before the end lies after it once stored: not a sample (its time rounded to
+    the nearest millisecond), not an event (its time kept as given)."""
+    return max(math.ceil(t * 1000.0) / 1000.0, float(t))
 
 
 def to_stored(ts: npt.ArrayLike, vs: npt.ArrayLike) -> tuple[F64, F64]:

@@ -46,7 +46,7 @@ from tunescope.store._codec import (
     decode,
     encode,
     encode_blocks,
-    stored_time,
+    stored_end,
     to_stored,
 )
 from tunescope.store._contract import CHUNK_SAMPLES, Store
@@ -816,7 +816,7 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
                 cur,
                 "UPDATE trials SET state = ?, t_end = ?, error = ?, exit_code = ? WHERE id = ?"
                 + (" AND state = 'running'" if end.only_if_running else ""),
-                (end.state, stored_time(end.t), end.error, end.exit_code, tid),
+                (end.state, stored_end(end.t), end.error, end.exit_code, tid),
             )
 
     def _stamp_seen(self, cur: Any, tid: int, heartbeat: float | None) -> None:

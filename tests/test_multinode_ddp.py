@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tunescope.analyze import findings_for_trial
+from tunescope.collect._loop import STARVED
 from tunescope.store import open_store
 
 pytestmark = [pytest.mark.ml, pytest.mark.slow]
@@ -147,7 +148,9 @@ def test_two_nodes_record_one_trial_with_both_hosts_and_name_the_straggler(
             assert len(st.read_samples(s.id)[0]) >= 5, s.host
         # events once: rank 0's steps only, nothing from node b's sampler or rank
         assert st.count_events(trial.id, kinds=["optimizer_step"]) == STEPS
-        assert st.count_events(trial.id) == STEPS
+        # (a busy machine may add the primary sampler's "sampler starved" gaps: not events of
+        # a rank, and a node sampler records none)
+        assert len([e for e in st.all_events(trial.id) if e.name != STARVED]) == STEPS
         found = [f for f in findings_for_trial(st, trial) if f.rule == "straggler_node"]
     assert [f.evidence["host"] for f in found] == [SLOW], found
     means = found[0].evidence["host_means_pct"]

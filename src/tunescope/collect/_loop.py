@@ -353,7 +353,9 @@ class Sampler:
     ``key`` names the trial; ``root_pid`` is the training process; ``interval`` in seconds
     (>= :data:`MIN_INTERVAL`); ``gpu`` the GPU backend or None for none; ``gap_since``: this
     sampler replaces one that died, seen alive last at that time: the first sample records a
-    ``sampler_gap`` event over the time without samples; ``flush_every``: seconds between
+    ``sampler_gap`` event over the time without samples; ``note_starved``: record a starved
+    schedule's holes as ``sampler_gap`` events (see :data:`STARVED_INTERVALS`; a node
+    sampler, which records no events, says False); ``flush_every``: seconds between
     the hand-overs :meth:`run` makes (``math.inf``: none, the samples are kept for a
     :meth:`flush` by hand). Call :meth:`sample` and
     :meth:`flush` directly, or :meth:`run` for the scheduled loop, then :meth:`finish`.
@@ -375,6 +377,7 @@ class Sampler:
         proc: Path = Path("/proc"),
         flush_every: float = 1.0,
         gap_since: float | None = None,
+        note_starved: bool = True,
         wall: Callable[[], float] = _clock.now,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -403,6 +406,7 @@ class Sampler:
         self._pids_sent: frozenset[int] = frozenset()
         self._known: set[str] = set()
         self._gap_since = gap_since
+        self._note_starved_gaps = note_starved
         self._last_t = -math.inf
         self._last_mono: float | None = None
         self._first_mono: float | None = None
@@ -530,7 +534,7 @@ class Sampler:
     def _note_starved(self, t_prev: float, mono_prev: float | None) -> None:
         """Record the hole before the sample just taken as a ``sampler_gap`` when it spans
         :data:`STARVED_INTERVALS` or more (see there)."""
-        if mono_prev is None or self._last_mono is None:
+        if not self._note_starved_gaps or mono_prev is None or self._last_mono is None:
             return
         if self._last_mono - mono_prev < STARVED_INTERVALS * self.interval:
             return

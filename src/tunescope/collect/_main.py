@@ -264,6 +264,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
         args.interval,
         log=log,
         gap_since=None if args.node else args.gap_since,
+        note_starved=not args.node,
     )
     sampler.flush_every = math.inf
     sampler.sample()

@@ -7,7 +7,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from tunescope.store import Event, Store
+from tunescope.store._codec import F64
+from tunescope.store._model import Window
 
 
 def events_of(store: Store, trial_id: int, kind: str) -> list[Event]:
@@ -52,3 +56,28 @@ def damage_chunk(
     finally:
         conn.close()
     return float(t_first), float(t_last)
+
+
+def check_window_exact(w: Window, raw_t: F64, raw_v: F64, points: int) -> None:
+    """Every bucket holds exactly the count, min, max and mean of the raw samples it covers,
+    and together they hold every raw sample of the window."""
+    inside = (raw_t >= w.start) & (raw_t <= w.end)
+    wt, wv = raw_t[inside], raw_v[inside]
+    if w.samples is not None:
+        assert len(w.samples) == len(wt) <= points
+        assert [s[1] for s in w.samples] == wv.tolist()
+        return
+    assert w.buckets is not None and len(w.buckets) <= points
+    assert sum(b.n for b in w.buckets) == len(wt)
+    prev_last = -np.inf
+    for b in w.buckets:
+        assert b.t_first > prev_last  # ordered and disjoint
+        prev_last = b.t_last
+        cover = (wt >= b.t_first) & (wt <= b.t_last)
+        assert cover.sum() == b.n
+        assert b.min == wv[cover].min()
+        assert b.max == wv[cover].max()
+        assert np.isclose(b.mean, wv[cover].mean(), rtol=1e-9, atol=1e-6)
+    if len(wt):  # the window's min and max are the raw samples'
+        assert min(b.min for b in w.buckets) == wv.min()
+        assert max(b.max for b in w.buckets) == wv.max()

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from store_helpers import check_window_exact
 from tunescope.store import CHUNK_SAMPLES, Store, _sql, open_store
 from tunescope.store._codec import F64
 from tunescope.store._model import Window
@@ -42,31 +43,6 @@ def _data(n: int, seed: int) -> tuple[F64, F64]:
     spikes = rng.random(n) < 0.01
     vs[spikes] = rng.normal(0, 1e4, size=int(spikes.sum())).astype(np.float32)
     return ts, vs
-
-
-def _check_exact(w: Window, raw_t: F64, raw_v: F64, points: int) -> None:
-    """Every bucket holds exactly the count, min, max and mean of the raw samples it covers,
-    and together they hold every raw sample of the window."""
-    inside = (raw_t >= w.start) & (raw_t <= w.end)
-    wt, wv = raw_t[inside], raw_v[inside]
-    if w.samples is not None:
-        assert len(w.samples) == len(wt) <= points
-        assert [s[1] for s in w.samples] == wv.tolist()
-        return
-    assert w.buckets is not None and len(w.buckets) <= points
-    assert sum(b.n for b in w.buckets) == len(wt)
-    prev_last = -np.inf
-    for b in w.buckets:
-        assert b.t_first > prev_last  # ordered and disjoint
-        prev_last = b.t_last
-        cover = (wt >= b.t_first) & (wt <= b.t_last)
-        assert cover.sum() == b.n
-        assert b.min == wv[cover].min()
-        assert b.max == wv[cover].max()
-        assert np.isclose(b.mean, wv[cover].mean(), rtol=1e-9, atol=1e-6)
-    if len(wt):  # the window's min and max are the raw samples'
-        assert min(b.min for b in w.buckets) == wv.min()
-        assert max(b.max for b in w.buckets) == wv.max()
 
 
 def _counting(store: Store) -> list[int]:
@@ -121,7 +97,7 @@ def test_windows_over_rollups_equal_raw_before_and_after_the_raw_goes(
         start, end = T0 + a * span, T0 + b * span + 0.5
         levels = _counting(store)
         w = store.window(sid, start, end, points)
-        _check_exact(w, raw_t, raw_v, points)
+        check_window_exact(w, raw_t, raw_v, points)
         assert bool(levels) == ((end - start) / points >= 60)  # read rollups where they fit
 
         # the raw chunks before the cutoff go; a window over whole minutes is unchanged
@@ -142,7 +118,7 @@ def test_windows_over_rollups_equal_raw_before_and_after_the_raw_goes(
         w = store.window(sid, m0, m1, points)
         if report.chunks and m0 < report.cutoff:
             assert w.buckets is not None  # the raw samples are gone: never returned
-        _check_exact(w, raw_t, raw_v, points)
+        check_window_exact(w, raw_t, raw_v, points)
 
 
 def _store_with(url: str, ts: F64, vs: F64) -> tuple[Store, int]:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from store_helpers import check_window_exact
 from tunescope.store import CHUNK_SAMPLES, open_store
 
 T0 = 1_700_000_000.0
@@ -50,23 +51,7 @@ def test_buckets_equal_raw_aggregates(
         start = T0 + a * (ts[-1] - T0 + 1)
         end = T0 + b * (ts[-1] - T0 + 1) + 0.5
         w = store.window(sid, start, end, points)
-        inside = (raw_t >= start) & (raw_t <= end)
-        wt, wv = raw_t[inside], raw_v[inside]
-        if w.samples is not None:
-            assert len(w.samples) == len(wt) <= points
-            assert [s[1] for s in w.samples] == wv.tolist()
-            return
-        assert w.buckets is not None and len(w.buckets) <= points
-        assert sum(bk.n for bk in w.buckets) == len(wt)
-        prev_last = -np.inf
-        for bk in w.buckets:
-            assert bk.t_first > prev_last  # buckets are ordered and disjoint
-            prev_last = bk.t_last
-            cover = (wt >= bk.t_first) & (wt <= bk.t_last)
-            assert cover.sum() == bk.n
-            assert bk.min == wv[cover].min()
-            assert bk.max == wv[cover].max()
-            assert np.isclose(bk.mean, wv[cover].mean(), rtol=1e-9, atol=1e-6)
+        check_window_exact(w, raw_t, raw_v, points)
     finally:
         store.close()
 

@@ -4,6 +4,7 @@ see ``analyze/_usage.py``). Register with ``app.command(cls=Command)(usage)``.""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from typing import Annotated, Any
@@ -14,25 +15,7 @@ from tunescope.cli import _format as fmt
 from tunescope.cli._input import StoreOpt, duration_s
 from tunescope.errors import ConfigError
 
-__all__ = ["USAGE_FIGURES", "moment", "usage"]
-
-
-USAGE_FIGURES = (
-    "gpu_held_s",
-    "gpu_busy_s",
-    "gpu_idle_s",
-    "busy_by",
-    "mem_peak_pct",
-    "mem_mean_pct",
-    "cpu_core_s",
-    "cpu_quota_core_s",
-    "trials",
-    "failed_gpu_s",
-    "pruned_gpu_s",
-    "failed_pruned_pct",
-    "cost_usd",
-)
-"""The json and csv keys of a row after its grouping keys (see the README)."""
+__all__ = ["moment", "usage"]
 
 
 def moment(text: str, option: str, now: float) -> float:
@@ -137,7 +120,7 @@ def usage(
     idle_gpu_util_pct busy lasting idle_stretch_min_s or more (docs/findings.md#settings).
     A local store answers for its project (default, or $TUNESCOPE_PROJECT); a team server
     for its token's. See docs/usage.md."""
-    from tunescope.analyze import check_query, load_settings, parse_prices, usage_of
+    from tunescope.analyze import UsageRow, check_query, load_settings, parse_prices, usage_of
     from tunescope.store import open_store
 
     fmt.row_format(out_format)
@@ -156,7 +139,9 @@ def usage(
     if not rows and out_format == "table":
         typer.echo("no trials in this window")
     else:
-        keys = (*groups, *USAGE_FIGURES)
+        # a row's json and csv keys: its grouping keys, then UsageRow's figures in order
+        figures = [f.name for f in dataclasses.fields(UsageRow) if f.name != "keys"]
+        keys = (*groups, *figures)
         typer.echo(fmt.render_rows(keys, rows, _columns(groups), out_format))
     for line in warnings:
         typer.echo(line, err=True)

@@ -223,3 +223,15 @@ def test_lost_is_judged_on_the_stores_clock(any_store_url: str) -> None:
         st.write(Batch(key, heartbeat=behind + 1))  # a writer further behind: alive too
         info = st.trial_by_key(key)
         assert info.state == "running" and info.heartbeat == behind + 6
+
+
+def test_the_anchor_is_read_between_two_monotonic_readings() -> None:
+    """A process preempted between its wall and monotonic reads (a busy machine) would put
+    every time of its trial off by the pause: the anchor is the tightest of a few bracketed
+    reads. Here the first try is preempted for 0.3 s after the wall read; the anchor is the
+    second's, exact."""
+    from tunescope import _clock
+
+    mono = iter([10.0, 10.3, 11.0, 11.0])  # try 1: m0, m1 (preempted); try 2: m0, m1
+    wall = iter([1000.0, 1001.0])  # the true offset is 990
+    assert _clock._read_offset(lambda: next(mono), lambda: next(wall)) == 990.0

@@ -19,14 +19,17 @@ own anchor. A process that never started a trial anchors at its first :func:`now
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 __all__ = ["ENV_CLOCK", "at", "now", "start", "stop"]
 
 ENV_CLOCK = "TUNESCOPE_CLOCK"
+_OFFSET_TRIES = 5
 
 _lock = threading.Lock()
 _offset: float | None = None
@@ -95,12 +98,30 @@ def at(mono: float) -> float:
     return off + mono
 
 
+def _read_offset(
+    mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time
+) -> float:
+    """Wall clock minus monotonic clock, read as closely together as this machine allows:
+    the wall clock between two monotonic readings, the tightest of a few tries (a process
+    preempted between two plain reads would shift every time of its trial by the pause)."""
+    best, spread = 0.0, math.inf
+    for _ in range(_OFFSET_TRIES):
+        m0 = mono()
+        w = wall()
+        m1 = mono()
+        if m1 - m0 < spread:
+            best, spread = w - (m0 + m1) / 2, m1 - m0
+        if spread < 1e-5:
+            break
+    return best
+
+
 def _first() -> float:
     global _offset
     with _lock:
         if _offset is None:
             got = _parse(os.environ.get(ENV_CLOCK))
-            _offset = got if got is not None else time.time() - time.monotonic()
+            _offset = got if got is not None else _read_offset()
         return _offset
 
 
@@ -114,7 +135,7 @@ def start() -> float:
             old = os.environ.get(ENV_CLOCK)
             got = _parse(old)
             if got is None:
-                got = time.time() - time.monotonic()
+                got = _read_offset()
                 value = _value(got)
                 os.environ[ENV_CLOCK] = value
                 _put = (value, old)

@@ -13,7 +13,10 @@ How the count reads a class whose data ends up in two places:
   file was away (deleted), the newcomer left as it was (replaced), the sync exits 0.
 - *server on another database*: the trial is re-created there from the spec its batches carry;
   the count is the union of the new database (what arrived after the switch) and the old one
-  (what arrived before), a sample, mark or step in both being a duplicate.
+  (what arrived before). Duplicates are counted within each database: a batch the old
+  server committed but could not answer for before it was killed is sent again and lands in
+  both, once in each (no reader reads both; at-least-once across two databases is all a
+  writer that never heard the answer can do).
 - *spool damaged*: see :class:`SpoolDamaged`.
 """
 

@@ -550,14 +550,22 @@ def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
     window: list[Any] = []
     scalars: list[Any] = []
     ends: list[tuple[Any, int | None]] = []  # (the trial, its exit code) in each store
+    duplicates = 0  # within each store: a batch the old database committed but whose answer
+    # never came (its server killed in between) is sent again to the new one and is then in
+    # both, which no reader sees twice (none reads both); counted once in the union
     for url in [cell.url, *fault.also_count(cell)]:
         with open_store(url, create=False) as st:
             one = st.trial_by_key(cell.key)
-            t += sample_times(st, one.id, "cpu.procs")
+            here = sample_times(st, one.id, "cpu.procs")
             got = st.events(one.id, 0, time.time() + 3600, limit=10**6).events
             assert got is not None
+            kept = st.scalars(one.id, "loss") if fault.runner == "sdk" else []
+            names = [e.name for e in got if e.kind == "mark"]
+            duplicates += (len(here) - len(set(here))) + (len(names) - len(set(names)))
+            duplicates += len(kept) - len({s.step for s in kept})
+            t += here
             window += got
-            scalars += st.scalars(one.id, "loss") if fault.runner == "sdk" else []
+            scalars += kept
             ends.append((one, st.exit_code(one.id)))
     # the trial's end as the first store holding one has it (else as the first store has it)
     info, code = next((e for e in ends if e[0].end is not None), ends[0])
@@ -599,9 +607,7 @@ def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
         enter=max(float(result["enter"]), float(result["enter_run"])) if sdk else None,
         leave=_opt(result.get("leave")) if sdk else None,
         call=float(result["longest_call"]) if sdk else None,
-        duplicates=(len(t) - len(distinct))
-        + (len(marks) - len(set(marks)))
-        + (len(scalars) - len({s.step for s in scalars})),
+        duplicates=duplicates,
         gaps_s=gap_s,
         hole=hole,
         lag=first - info.start,

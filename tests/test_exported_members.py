@@ -74,6 +74,7 @@ PUBLIC = {
         "spool_dir",
         "spool_root",
         "display",
+        "file_id",
         "redact",
         "absolute_url",
         "token_digest",

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from collect_helpers import Proc, clean_env
 from fault_helpers import (
     finish_training,
     gaps,
@@ -27,7 +28,8 @@ from fault_helpers import (
     wait_for,
     wait_samplers_gone,
 )
-from tunescope.store import open_store, pending
+from tunescope._protocol import ENV_SPEC, ENV_STORE_FILE
+from tunescope.store import Batch, TrialSpec, file_id, new_key, open_store, pending
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -173,3 +175,51 @@ def test_a_sampler_restarted_after_the_store_file_was_deleted_creates_no_store(
     done = _sync(sqlite_url)
     assert done.returncode == 0, done.stdout + done.stderr
     _all_there(sqlite_url, result, restarted=True)
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_sampler_that_comes_up_after_its_store_file_went_writes_no_other_store(
+    sqlite_url: str, tmp_path: Path, procs: list[Proc], how: str
+) -> None:
+    """The store's file deleted or replaced between the trial's start and its sampler's
+    coming up (a loaded machine starts it late): the sampler, told the trial's file
+    (``$TUNESCOPE_STORE_FILE``), makes no new store at the path and writes nothing into a
+    newcomer (though it holds the trial's spec, to create the trial where it is missing); it
+    spools, and put back, ``tunescope sync`` lands its samples in the trial."""
+    db = Path(sqlite_url)
+    keep = tmp_path / "kept.db"
+    spec = TrialSpec(key=new_key(), run="r", start=time.time(), interval=INTERVAL)
+    with open_store(sqlite_url) as st:
+        st.write(Batch(spec.key, spec=spec))
+    told = file_id(sqlite_url)
+    assert told is not None
+    os.link(db, keep)
+    for f in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        f.unlink(missing_ok=True)
+    if how == "replaced":
+        with open_store(sqlite_url) as st:
+            st.ensure_run("someone-else", start=time.time())
+    root = Proc([sys.executable, "-c", "import time; time.sleep(60)"])
+    procs.append(root)
+    env = {**clean_env(sqlite_url), ENV_STORE_FILE: told, ENV_SPEC: spec.to_json()}
+    args = ["--trial-key", spec.key, "--pid", str(root.p.pid), "--interval", str(INTERVAL)]
+    s = Proc([sys.executable, "-m", "tunescope.collect", *args], env=env)
+    procs.append(s)
+    assert s.expect(timeout=60) == "ready"
+    time.sleep(1.0)
+    s.send("stop")
+    assert s.p.wait(timeout=60) == 0
+    if how == "deleted":
+        assert not db.exists(), "the sampler made a new store where the trial's was"
+    else:
+        with open_store(sqlite_url, readonly=True) as st:
+            assert [r.name for r in st.list_runs()] == ["someone-else"]
+            assert st.list_trials(st.list_runs()[0].id) == []
+    assert pending(sqlite_url)[0] >= 1  # its samples wait in its spool
+    os.replace(keep, db)  # the store is put back
+    done = _sync(sqlite_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open_store(sqlite_url, create=False) as st:
+        info = st.trial_by_key(spec.key)
+        t = sample_times(st, info.id, "cpu.procs")
+    assert len(t) >= 1.0 / INTERVAL and len(t) == len(set(t)), t

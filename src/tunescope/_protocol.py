@@ -46,7 +46,10 @@ alone) nor record events.
 
 Environment: the store URL (password included) comes in ``TUNESCOPE_STORE`` and never on
 the command line; the trial's spec (to create it if the store has not seen it yet) in
-:data:`ENV_SPEC`.
+:data:`ENV_SPEC`; for a SQLite store, the file the trial began in (``DEVICE:INODE``, when
+there was one at the start) in :data:`ENV_STORE_FILE`: the sampler then writes into that file
+or none, never creating a new store at the path (one deleted before the sampler came up, under
+load) nor writing into another put there; it spools instead.
 
 Exit codes: 0 after a stop, 1 when the sampler cannot start, 2 for bad arguments.
 """
@@ -57,6 +60,7 @@ __all__ = [
     "BATCH",
     "END",
     "ENV_SPEC",
+    "ENV_STORE_FILE",
     "EXIT",
     "EXIT_BAD_ARGS",
     "EXIT_CANNOT_START",
@@ -83,6 +87,7 @@ FOREGROUND = "--foreground"
 OOM_KERNEL = "out of memory (killed by the kernel)"
 OOM_CUDA = "out of memory (CUDA)"
 ENV_SPEC = "TUNESCOPE_SAMPLER_SPEC"
+ENV_STORE_FILE = "TUNESCOPE_STORE_FILE"
 EXIT_CANNOT_START = 1
 EXIT_BAD_ARGS = 2
 

@@ -77,6 +77,7 @@ from tunescope.store import (
     TrialSpec,
     Writer,
     absolute_url,
+    file_id,
     new_key,
     open_store,
     os_user,
@@ -253,6 +254,9 @@ def run_command(
     env = dict(os.environ)
     env.update(trial_env(url, run_name, spec.key, interval, trial_id=tid))
     env[protocol.ENV_SPEC] = spec.to_json()
+    env.pop(protocol.ENV_STORE_FILE, None)
+    if (fid := file_id(url)) is not None:
+        env[protocol.ENV_STORE_FILE] = fid
     node = job is not None and not job.primary
     return _Wrapper(cmd, url, spec, env, node=node).run()
 

@@ -44,7 +44,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import IO, TYPE_CHECKING
 
@@ -366,17 +366,35 @@ class _Loading(threading.Thread):
             spec=spec if spec and spec.key == key else None,
             name="sampler",
             log=self._log,
-            store_factory=None if self.create else _existing,
+            store_factory=_opener(self.create, os.environ.get(protocol.ENV_STORE_FILE) or None),
         )
         from tunescope.collect._gpu import open_gpu_backend
 
         self.gpu = open_gpu_backend(pid, log=self._log)
 
 
-def _existing(url: str) -> Store:
-    from tunescope.store import open_store
+def _opener(create: bool, expected: str | None) -> Callable[[str], Store] | None:
+    """How the sampler's writer opens the store: the default (creating it) when it may
+    create one and was told no file; else one that exists, and, for ``expected`` (the trial's
+    SQLite file, ``DEVICE:INODE``: see ``tunescope/_protocol.py``), that file and no other
+    (StoreUnavailable: the writer spools and tries again)."""
+    if create and expected is None:
+        return None
 
-    return open_store(url, create=False)
+    def open_existing(url: str) -> Store:
+        from tunescope.errors import StoreUnavailable
+        from tunescope.store import display, file_id, open_store
+
+        st = open_store(url, create=False)
+        if expected is not None and file_id(url) != expected:
+            st.close()
+            raise StoreUnavailable(
+                f"{display(url)} is not the store file this trial began in (it was deleted "
+                "or replaced); the sampler keeps its data in its spool"
+            )
+        return st
+
+    return open_existing
 
 
 class _NoStoreYet:

@@ -33,7 +33,7 @@ import tunescope._protocol as protocol
 from tunescope import _clock
 from tunescope.record._env import ENV_STORE
 from tunescope.record._safety import LOG
-from tunescope.store import Batch, TrialEnd, TrialSpec
+from tunescope.store import Batch, TrialEnd, TrialSpec, file_id
 
 __all__ = ["MAX_RESTARTS", "SamplerHandle", "Supervised", "end_line", "own_group", "start_sampler"]
 
@@ -273,6 +273,9 @@ def start_sampler(
     env = dict(os.environ)
     env[ENV_STORE] = store_url
     env[protocol.ENV_SPEC] = spec.to_json()
+    env.pop(protocol.ENV_STORE_FILE, None)
+    if (fid := file_id(store_url)) is not None:
+        env[protocol.ENV_STORE_FILE] = fid
     err: IO[bytes] | None = None
     try:
         err = tempfile.TemporaryFile(prefix="tunescope-sampler-")  # noqa: SIM115 (kept open)

@@ -178,6 +178,21 @@ def sqlite_url(path: str | os.PathLike[str]) -> str:
     return f"sqlite:///{Path(os.fspath(path)).expanduser().resolve()}"
 
 
+def file_id(url: str) -> str | None:
+    """``DEVICE:INODE`` of the file a SQLite store URL names, None for another kind of store
+    or while no file is there: what a process that starts a trial's sampler hands it, so that
+    the sampler writes into that file or none (``$TUNESCOPE_STORE_FILE``, see
+    ``tunescope/_protocol.py``)."""
+    scheme, rest = parse(url)
+    if scheme != "sqlite":
+        return None
+    try:
+        st = os.stat(Path(rest).expanduser())
+    except (OSError, ValueError):
+        return None
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def display(url: str) -> str:
     """``url`` as every message shows it: a SQLite path as :func:`sqlite_url`, anything else
     :func:`redact`-ed."""

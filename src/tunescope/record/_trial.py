@@ -494,48 +494,59 @@ class Trial:
         flusher thread turns it into a float, at most a flush period later; until then the
         buffer holds that one-element copy (a few hundred bytes of device memory each). One
         that cannot be converted there, or is not finite, is dropped with one warning per
-        name."""
+        name.
+
+        The call is on the training loop's path, once a step, usually right after work that
+        left the processor's caches cold: a finite Python float (``loss.item()``) takes the
+        shortest path, a tuple appended (``make bench-peers`` times it in the loop)."""
         rec = self._rec
         if rec is None or rec.closed or self._replica:
             return
         _state.ensure_hook()
         t = _clock.now()
-        st = None if step is None else int(step)
-        tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+        st = step if step is None or step.__class__ is int else int(step)
+        append = rec.scalars.append
         for key, v in values.items():
-            if tensor is not None and isinstance(v, tensor):
-                try:
-                    if v.numel() != 1:  # metadata only: no device wait
-                        raise TypeError(f"a tensor of {v.numel()} elements, not one")
-                    rec.scalars.append((key, st, t, v.detach().clone()))
-                    continue
-                except Exception as exc:
-                    self._once.warn(
-                        f"log:{key}",
-                        "tunescope: log(%s=…) skipped: %s (further ones of %s are "
-                        "skipped silently)",
-                        key,
-                        exc,
-                        key,
-                    )
-                    continue
+            if v.__class__ is float and v - v == 0.0:  # finite (nan - nan, inf - inf: nan)
+                append((key, st, t, v))
+            else:
+                self._log_other(append, key, st, t, v)
+
+    def _log_other(self, append: Any, key: str, st: int | None, t: float, v: Any) -> None:
+        """:meth:`log` of a value other than a finite float: a tensor (see there), a number
+        of another type, or something skipped with one warning per name."""
+        tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+        if tensor is not None and isinstance(v, tensor):
             try:
-                if isinstance(v, (str, bytes)):
-                    raise TypeError("not a number")
-                f = float(v)
-            except (TypeError, ValueError, RuntimeError):
-                f = math.nan
-            if not math.isfinite(f):
+                if v.numel() != 1:  # metadata only: no device wait
+                    raise TypeError(f"a tensor of {v.numel()} elements, not one")
+                append((key, st, t, v.detach().clone()))
+            except Exception as exc:
                 self._once.warn(
                     f"log:{key}",
-                    "tunescope: log(%s=%r) skipped: not a finite "
-                    "number (further ones of %s are skipped silently)",
+                    "tunescope: log(%s=…) skipped: %s (further ones of %s are skipped silently)",
                     key,
-                    v,
+                    exc,
                     key,
                 )
-                continue
-            rec.scalars.append((key, st, t, f))
+            return
+        try:
+            if isinstance(v, (str, bytes)):
+                raise TypeError("not a number")
+            f = float(v)
+        except (TypeError, ValueError, RuntimeError):
+            f = math.nan
+        if not math.isfinite(f):
+            self._once.warn(
+                f"log:{key}",
+                "tunescope: log(%s=%r) skipped: not a finite "
+                "number (further ones of %s are skipped silently)",
+                key,
+                v,
+                key,
+            )
+            return
+        append((key, st, t, f))
 
     @guarded()
     def checkpoint(

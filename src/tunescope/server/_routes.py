@@ -164,15 +164,31 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     ``findings``: the app's one findings cache (with the project's thresholds), shared with
     ``/metrics``; by default one of the routes' own with the default thresholds."""
     router = APIRouter()
-    summaries = RunSummaries(store)
-    curves = ScalarCurves(store)
-    if findings is None:
-        findings = FindingsCache(store)
-    metrics_body = [metric_json(m) for m in CATALOG]
+    c = _Shared(store, findings if findings is not None else FindingsCache(store))
+    for add in (_project_routes, _run_routes, _trial_routes, _trial_data_routes):
+        add(router, c)
+    return router
+
+
+class _Shared:
+    """What the routes share: the store, the findings cache, the run summaries and scalar
+    curves (caches over the store), the catalog's JSON."""
+
+    def __init__(self, store: PooledStore, findings: FindingsCache) -> None:
+        self.store = store
+        self.findings = findings
+        self.summaries = RunSummaries(store)
+        self.curves = ScalarCurves(store)
+        self.metrics_body = [metric_json(m) for m in CATALOG]
+
+
+def _project_routes(router: APIRouter, c: _Shared) -> None:
+    """The catalog, the projects, the runs list and usage across runs."""
+    store, findings = c.store, c.findings
 
     @router.get("/metrics", response_model=list[MetricOut], summary="The metric catalog")
     def metrics() -> Response:
-        return _json(metrics_body)
+        return _json(c.metrics_body)
 
     @router.get(
         "/projects",
@@ -199,7 +215,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         listed.sort(key=lambda r: (r.start, r.id), reverse=True)
         for r in listed:
             trials = store.list_trials(r.id)
-            duration, peak = summaries.summary(r, trials)
+            duration, peak = c.summaries.summary(r, trials)
             counts = finding_counts(findings.run(trials, deadline))
             out.append(run_json(r, duration, peak, counts))
         return _json(out)
@@ -254,6 +270,11 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
             raise invalid(str(exc)) from None
         return _json(usage_json(got, group, days))
 
+
+def _run_routes(router: APIRouter, c: _Shared) -> None:
+    """One run: its detail, findings, serving levels, cost frontier and trials."""
+    store, findings = c.store, c.findings
+
     @router.get(
         "/runs/{run}",
         response_model=RunDetailOut,
@@ -263,7 +284,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     def run_detail(request: Request, run: RunRef) -> Response:
         r = resolve_run(store, run, principal_of(request))
         trials = store.list_trials(r.id)
-        duration, peak = summaries.summary(r, trials)
+        duration, peak = c.summaries.summary(r, trials)
         counts = finding_counts(findings.run(trials))
         return _json(run_json(r, duration, peak, counts, trials))
 
@@ -317,6 +338,11 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         r = resolve_run(store, run, principal_of(request))
         return _json([trial_json(t) for t in store.list_trials(r.id)])
 
+
+def _trial_routes(router: APIRouter, c: _Shared) -> None:
+    """One trial: its detail, findings and the metrics it has series for."""
+    store, findings = c.store, c.findings
+
     @router.get(
         "/trials/{trial}",
         response_model=TrialDetailOut,
@@ -362,6 +388,12 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
                 }
             )
         return _json(out)
+
+
+def _trial_data_routes(router: APIRouter, c: _Shared) -> None:
+    """One trial's data: series windows, events and scalars (paged or binned), its
+    checkpoints."""
+    store = c.store
 
     @router.get(
         "/trials/{trial}/series",
@@ -461,7 +493,7 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         if points is not None and (limit is not None or cursor is not None):
             raise invalid("points cannot be combined with limit or cursor")
         if points is not None:
-            return Response(curves.answer(info, name, points), media_type="application/json")
+            return Response(c.curves.answer(info, name, points), media_type="application/json")
         names = store.scalar_names(info.id)
         if limit is None and cursor is None:
             rows, more = store.scalars(info.id, name), None
@@ -485,5 +517,3 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
         info = resolve_trial(store, trial, principal_of(request))
         every = store.all_events(info.id, kinds=["checkpoint"])
         return _json([checkpoint_json(e) for e in every])
-
-    return router

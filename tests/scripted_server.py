@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ class Server:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                t_head = time.perf_counter()
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 length = 0
@@ -79,15 +81,16 @@ class Server:
                     if k.strip().lower() == "content-length":
                         length = int(v)
                 body = await reader.readexactly(length) if length else b""
-                await self.answer(method, path, body, writer)
+                await self.answer(method, path, body, writer, t_head)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
 
     async def answer(
-        self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter
+        self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter, t_head: float
     ) -> None:
+        """Answer one request whose head was read at ``t_head`` (``time.perf_counter``)."""
         s = self.script
         if path == "/v1/models":
             doc = {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
@@ -119,15 +122,20 @@ class Server:
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         tokens = min(int(req.get("max_tokens", s.tokens)), s.tokens)
+        first_ms = None
         for i in range(tokens):
             await asyncio.sleep(s.token_delay)
             piece = {"delta": {"content": f" w{i}"}} if chat else {"text": f" w{i}"}
             self.chunk(writer, {"choices": [{"index": 0, **piece}]})
             await writer.drain()
+            if first_ms is None:
+                first_ms = (time.perf_counter() - t_head) * 1000.0
             if s.hang:
                 await asyncio.sleep(3600)
         usage = {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": tokens + 3}
-        self.chunk(writer, {"choices": [], "usage": usage})
+        # as llama.cpp's ``timings``: here the time from the request's head read to the first
+        # token handed to the socket, the server's own TTFT (bench/bench_serving.py)
+        self.chunk(writer, {"choices": [], "usage": usage, "timings": {"prompt_ms": first_ms}})
         self.raw_chunk(writer, b"data: [DONE]\n\n")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
@@ -161,7 +169,6 @@ def scripted(script: Script) -> Iterator[Server]:
 
 if __name__ == "__main__":  # the benchmark's server: python tests/scripted_server.py TOKENS DELAY
     import sys
-    import time
 
     srv = Server(Script(tokens=int(sys.argv[1]), token_delay=float(sys.argv[2])))
     srv.start()

@@ -14,11 +14,12 @@ from typing import Any
 
 from tunescope.analyze._data import TrialData
 from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo
+from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType
 from tunescope.analyze._gpus import BusyNotWorking, GpuUnderused, IdleGpu, NearOomGpu
 from tunescope.analyze._nodes import StragglerNode
 from tunescope.analyze._oom import OutOfMemory
 from tunescope.analyze._pack import PackTrials
-from tunescope.analyze._rightsize import GPU_CATALOG, GpuType, RightSize
+from tunescope.analyze._rightsize import RightSize
 from tunescope.analyze._rule import Rule
 from tunescope.analyze._rules import CpuBound, EvalMemorySpike, InputBound, MemoryGrowth, NearOomCpu
 from tunescope.analyze._serving_rules import (

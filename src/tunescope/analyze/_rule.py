@@ -14,14 +14,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from tunescope.analyze._data import TrialData
 from tunescope.analyze._finding import Finding, RuleInfo, Severity
+from tunescope.analyze._gpu_catalog import GpuType
 from tunescope.analyze._settings import FindingSettings, Setting
-
-if TYPE_CHECKING:
-    from tunescope.analyze._rightsize import GpuType
 
 __all__ = ["Case", "Each", "Measured", "Rule", "Said", "gpu_devices"]
 

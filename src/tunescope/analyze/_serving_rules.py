@@ -17,7 +17,7 @@ import numpy as np
 
 from tunescope.analyze._data import F64, Trace, TrialData
 from tunescope.analyze._finding import Severity
-from tunescope.analyze._rightsize import GB, match_gpu
+from tunescope.analyze._gpu_catalog import GB, match_gpu
 from tunescope.analyze._rule import Case, Measured, Rule, Said, gpu_devices
 from tunescope.analyze._serving import (
     Level,

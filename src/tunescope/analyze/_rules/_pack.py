@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tunescope.analyze._finding import Severity
 from tunescope.analyze._gpu_catalog import MIG_COMPUTE_SLICES, GpuOption, match_gpu, mig_options
-from tunescope.analyze._rule import Case, Measured, Rule, Said, gpu_devices
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said, gpu_devices
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import pct, size
 

@@ -13,27 +13,46 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunescope.analyze._data import TrialData
-from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo
 from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType
-from tunescope.analyze._gpus import BusyNotWorking, GpuUnderused, IdleGpu, NearOomGpu
-from tunescope.analyze._nodes import StragglerNode
-from tunescope.analyze._oom import OutOfMemory
-from tunescope.analyze._pack import PackTrials
-from tunescope.analyze._rightsize import RightSize
-from tunescope.analyze._rule import Rule
-from tunescope.analyze._rules import CpuBound, EvalMemorySpike, InputBound, MemoryGrowth, NearOomCpu
-from tunescope.analyze._serving_rules import (
+from tunescope.analyze._rules._finding import SEVERITIES, Finding, RuleInfo, Severity, jsonable
+from tunescope.analyze._rules._input import (
+    CpuBound,
+    EvalMemorySpike,
+    InputBound,
+    MemoryGrowth,
+    NearOomCpu,
+    data_wait_share,
+)
+from tunescope.analyze._rules._nodes import StragglerNode
+from tunescope.analyze._rules._oom import OutOfMemory
+from tunescope.analyze._rules._pack import PackTrials
+from tunescope.analyze._rules._rightsize import RightSize
+from tunescope.analyze._rules._rule import Rule
+from tunescope.analyze._rules._serving import (
     DecodeBandwidthBound,
     KvCacheBound,
     LatencyTargetMissed,
     OverProvisioned,
     Queueing,
 )
+from tunescope.analyze._rules._utilization import BusyNotWorking, GpuUnderused, IdleGpu, NearOomGpu
+from tunescope.analyze._rules._waste import IdleStretch, SweepWaste
 from tunescope.analyze._settings import FindingSettings
-from tunescope.analyze._waste import IdleStretch, SweepWaste
 from tunescope.store import Store, TrialInfo
 
-__all__ = ["FINDINGS", "RULES", "findings_for_run", "findings_for_trial", "to_dict"]
+__all__ = [
+    "FINDINGS",
+    "RULES",
+    "SEVERITIES",
+    "Finding",
+    "RuleInfo",
+    "Severity",
+    "data_wait_share",
+    "findings_for_run",
+    "findings_for_trial",
+    "jsonable",
+    "to_dict",
+]
 
 FINDINGS: tuple[Rule[Any], ...] = (
     OutOfMemory(),

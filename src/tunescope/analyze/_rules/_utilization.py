@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from tunescope.analyze._data import B, Trace, TrialData
-from tunescope.analyze._finding import Severity
-from tunescope.analyze._rule import Case, Measured, Rule, Said
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import pct, size
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from tunescope.analyze._data import F64, Trace, TrialData
-from tunescope.analyze._finding import Severity
 from tunescope.analyze._gpu_catalog import GB, match_gpu
-from tunescope.analyze._rule import Case, Measured, Rule, Said, gpu_devices
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said, gpu_devices
 from tunescope.analyze._serving import (
     Level,
     ServingRun,

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from tunescope.analyze._data import TrialData
-from tunescope.analyze._finding import Severity
 from tunescope.analyze._gpu_catalog import GpuOption, GpuType, match_gpu, mig_options
-from tunescope.analyze._rule import Case, Measured, Rule, Said, gpu_devices
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said, gpu_devices
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._summary import trial_duration
 from tunescope.analyze._text import pct, size

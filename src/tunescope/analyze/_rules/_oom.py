@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from tunescope._protocol import OOM_CUDA, OOM_KERNEL
-from tunescope.analyze._finding import Severity
-from tunescope.analyze._gpus import ADVICE_GPU_OOM
-from tunescope.analyze._rule import Case, Measured, Rule, Said
-from tunescope.analyze._rules import ADVICE_CPU_MEM
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._input import ADVICE_CPU_MEM
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said
+from tunescope.analyze._rules._utilization import ADVICE_GPU_OOM
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import size
 

@@ -7,7 +7,7 @@ about it (title, message, evidence, advice: made from the measurement in one pla
 A rule runs once per subject: the trial (``each = "trial"``), each GPU the trial holds
 (``"gpu"``), or each memory series: CPU memory, then each GPU's (``"memory"``). It finds
 nothing when the trial lacks the data it needs: a rule never guesses. Registering a rule is one
-line of ``tunescope.analyze._rules.FINDINGS``.
+line of :data:`FINDINGS` in ``analyze/_rules/__init__.py``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import runpy
 import socket
 import subprocess
 import sys
@@ -119,11 +120,14 @@ def test_builtin_fixtures_are_synthesized_and_say_so() -> None:
 
 
 def test_fixture_generator_is_deterministic(tmp_path: Path) -> None:
-    from tunescope.collect.replay import _make_fixtures
+    """bench/make_replay_fixtures.py (a developer's tool, outside the package) makes every
+    shipped fixture, byte for byte."""
+    script = Path(__file__).resolve().parents[1] / "bench" / "make_replay_fixtures.py"
+    make = runpy.run_path(str(script))
 
-    assert _make_fixtures.main([str(tmp_path)]) == 0
-    assert set(_make_fixtures.FIXTURES) == set(builtin_fixtures())
-    for name in _make_fixtures.FIXTURES:
+    assert make["main"]([str(tmp_path)]) == 0
+    assert set(make["FIXTURES"]) == set(builtin_fixtures())
+    for name in make["FIXTURES"]:
         shipped, _ = load_replay(name)
         assert (tmp_path / f"{name}.json").read_bytes() == shipped.read_bytes()
 

@@ -15,8 +15,8 @@ import pytest
 from serving_helpers import Engine, write_load_run
 from tunescope.analyze import GPU_CATALOG, RULES, FindingSettings, findings_for_trial
 from tunescope.analyze._data import TrialData
-from tunescope.analyze._findings import FINDINGS
-from tunescope.analyze._rightsize import ADVICE_SLOWER
+from tunescope.analyze._rules import FINDINGS
+from tunescope.analyze._rules._rightsize import ADVICE_SLOWER
 from tunescope.analyze._settings import SETTINGS, Setting, load_settings
 from tunescope.errors import ConfigError
 from tunescope.store import Event, Store, TrialInfo
@@ -99,7 +99,7 @@ def test_each_rule_reads_only_the_settings_it_names(store: Store) -> None:
     # the serving rules judge load levels: the synthetic engine's queueing level, on a GPU
     gpu = {"gpu.dram_active": 80.0, "gpu.tensor_active": 5.0, "gpu.sm_active": 20.0}
     level = store.get_trial(write_load_run(store, engine=Engine(gpu=gpu))[6])
-    serving = {r.key for r in FINDINGS if r.__module__.endswith("._serving_rules")}
+    serving = {r.key for r in FINDINGS if r.__module__.endswith("._rules._serving")}
     assert len(serving) == 5
     s = _Recording()
     s.reads()

@@ -8,9 +8,16 @@ a Markdown or HTML report is rendered.
 """
 
 from tunescope.analyze._charts import require_charts
-from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo, Severity, jsonable
-from tunescope.analyze._findings import RULES, findings_for_run, findings_for_trial, to_dict
 from tunescope.analyze._frontier import Frontier, FrontierPoint, cost_frontier
+from tunescope.analyze._gpu_catalog import (
+    GPU_CATALOG,
+    GpuType,
+    MigProfile,
+    describe_catalog,
+    gpu_catalog,
+    match_gpu,
+    parse_prices,
+)
 from tunescope.analyze._objective import Objective, trial_objective
 from tunescope.analyze._report import (
     REPORT_FORMATS,
@@ -21,16 +28,18 @@ from tunescope.analyze._report import (
     report_dict,
 )
 from tunescope.analyze._retention import compact_raw
-from tunescope.analyze._rightsize import (
-    GPU_CATALOG,
-    GpuType,
-    MigProfile,
-    describe_catalog,
-    gpu_catalog,
-    match_gpu,
-    parse_prices,
+from tunescope.analyze._rules import (
+    RULES,
+    SEVERITIES,
+    Finding,
+    RuleInfo,
+    Severity,
+    data_wait_share,
+    findings_for_run,
+    findings_for_trial,
+    jsonable,
+    to_dict,
 )
-from tunescope.analyze._rules import data_wait_share
 from tunescope.analyze._serving import (
     Level,
     LevelStats,

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tunescope.analyze._data import TrialData
+from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType
 from tunescope.analyze._objective import trial_objective
-from tunescope.analyze._rightsize import GPU_CATALOG, Fit, GpuType, RightSize
-from tunescope.analyze._rule import Case
+from tunescope.analyze._rules._rightsize import Fit, RightSize
+from tunescope.analyze._rules._rule import Case
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._usage import held_gpu_seconds, series_peak
 from tunescope.store import Store, TrialInfo

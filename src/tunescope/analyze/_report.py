@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 
 from tunescope.analyze._charts import ChartLine, ChartPanel, TrialChart, trial_chart, trial_png
-from tunescope.analyze._findings import findings_for_trial
+from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType
 from tunescope.analyze._objective import trial_objective
 from tunescope.analyze._report_html import html_document
 from tunescope.analyze._report_json import report_dict
 from tunescope.analyze._report_md import image_names, markdown
 from tunescope.analyze._report_model import REPORT_FORMATS, Report, TrialReport
 from tunescope.analyze._report_text import text
-from tunescope.analyze._rightsize import GPU_CATALOG, GpuType
+from tunescope.analyze._rules import findings_for_trial
 from tunescope.analyze._serving import serving_run
 from tunescope.analyze._settings import EffectiveSettings, FindingSettings
 from tunescope.analyze._sizing import Workload, size_workload

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunescope.analyze._finding import jsonable
 from tunescope.analyze._report_model import Report
+from tunescope.analyze._rules import jsonable
 from tunescope.metrics import metric
 
 __all__ = ["report_dict"]

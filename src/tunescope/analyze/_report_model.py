@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 
 from tunescope.analyze._charts import TrialChart
-from tunescope.analyze._finding import Finding
 from tunescope.analyze._objective import Objective
+from tunescope.analyze._rules import Finding
 from tunescope.analyze._serving import ServingRun
 from tunescope.analyze._settings import EffectiveSettings
 from tunescope.analyze._sizing import Sizing

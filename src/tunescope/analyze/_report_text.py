@@ -4,8 +4,8 @@ settings. Numbers are written as the CLI writes them (``_text.elapsed``, ``_text
 
 from __future__ import annotations
 
-from tunescope.analyze._finding import Finding
 from tunescope.analyze._report_model import Report, TrialReport
+from tunescope.analyze._rules import Finding
 from tunescope.analyze._text import elapsed, printable, value
 from tunescope.metrics import metric
 from tunescope.store import TrialInfo

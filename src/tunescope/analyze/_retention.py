@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from tunescope.analyze._findings import findings_for_trial, to_dict
+from tunescope.analyze._rules import findings_for_trial, to_dict
 from tunescope.analyze._settings import FindingSettings
 from tunescope.errors import ConfigError
 from tunescope.store import RetentionReport, Store

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tunescope.analyze._data import TrialData
-from tunescope.analyze._rightsize import GPU_CATALOG, GpuType
+from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType
 from tunescope.analyze._serving import (
     Level,
     ServingRun,

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tunescope.analyze._rightsize import GPU_CATALOG, GpuType, match_gpu
+from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType, match_gpu
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._summary import trial_end
 from tunescope.errors import ConfigError

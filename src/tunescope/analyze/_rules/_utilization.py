@@ -1,5 +1,6 @@
-"""Findings on each GPU the trial holds: near out-of-memory, idle, under-used, and busy but not
-working. One finding per GPU (``device`` is its index), so the page can select its series.
+"""Findings on how much each GPU the trial holds computes: idle, under-used, and busy but not
+working. One finding per GPU (``device`` is its index), so the page can select its series
+(near out-of-memory on a GPU is in ``_oom.py``).
 
 Each is a :class:`Rule` (see ``_rule.py``): its metadata, settings, measurement (a dataclass),
 judgement and words together."""
@@ -10,28 +11,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from tunescope.analyze._data import B, Trace, TrialData
-from tunescope.analyze._finding import Severity
-from tunescope.analyze._rule import Case, Measured, Rule, Said
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import pct, size
 
-__all__ = ["BusyNotWorking", "GpuUnderused", "IdleGpu", "NearOomGpu"]
+__all__ = ["BusyNotWorking", "GpuUnderused", "IdleGpu"]
 
-DEVICE_WIDE = "device-wide"
-"""Start of the sampler's note on a ``gpu.mem`` series that holds the device's used memory."""
-
-ADVICE_GPU_OOM = (
-    "Lower the per-device batch size and keep the effective batch with gradient accumulation.",
-    "Enable activation (gradient) checkpointing.",
-    "Use bf16 mixed precision; for fine-tunes, LoRA/QLoRA adapters or 8-bit optimizers "
-    "shrink the optimizer state.",
-    "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to reduce fragmentation (what "
-    "allocator retries point at).",
-    "Shard weights and optimizer state across GPUs (FSDP, DeepSpeed ZeRO).",
-)
 ADVICE_UNDERUSED = (
     "Check the input pipeline first: a GPU that waits for batches shows low utilization "
     "(see the input-bound and CPU-bound findings).",
@@ -63,114 +50,6 @@ def _training_means(d: TrialData, device: str | None, metric: str) -> tuple[floa
         return math.nan, 0, None
     mask = d.training(tr)
     return tr.mean(mask), int(tr.n[mask].sum()), (tr, mask)
-
-
-def _device_wide(d: TrialData, device: str | None) -> bool:
-    tr = d.trace("gpu.mem", device)
-    return tr is not None and (tr.series.note or "").startswith(DEVICE_WIDE)
-
-
-# ---------------------------------------------------------------------- near OOM (GPU)
-@dataclass(frozen=True, kw_only=True)
-class GpuMemPeak(Measured):
-    """A GPU's peak memory against its size, and the torch allocator's retries. ``near``:
-    the reasons it is near out-of-memory, as said in the message; the span covers the samples
-    at or above the threshold and the retries."""
-
-    total_bytes: float | None
-    peak_pct: float
-    peak_bytes: float | None
-    device_peak_bytes: float | None
-    alloc_retries: float | None
-    near: tuple[str, ...]
-
-
-class NearOomGpu(Rule[GpuMemPeak]):
-    key = "near_oom_gpu"
-    title = "Near out-of-memory (GPU)"
-    severities = ("high",)
-    uses = (FindingSettings.gpu_mem_near_oom_pct, FindingSettings.alloc_retries_min)
-    metrics = ("gpu.mem", "gpu.mem.used", "gpu.mem.total", "torch.alloc_retries")
-    summary = "Peak GPU memory near the device's memory, or torch allocator retries."
-    advice = ADVICE_GPU_OOM
-    each = "gpu"
-
-    def measure(self, c: Case) -> GpuMemPeak | None:
-        d, s, device = c.d, c.s, c.device
-        mem, used = d.trace("gpu.mem", device), d.trace("gpu.mem.used", device)
-        total_tr = d.trace("gpu.mem.total", device)
-        retries_tr = d.trace("torch.alloc_retries", device)
-        spans: list[float] = []
-        near: list[str] = []
-        total = peak_pct = math.nan
-        has_total = total_tr is not None and (mem is not None or used is not None)
-        if total_tr is not None and has_total:
-            total = float(total_tr.v[-1])
-            peaks = [(tr.peak(), tr) for tr in (mem, used) if tr is not None]
-            peak, worst = max(peaks, key=lambda p: p[0])
-            peak_pct = 100.0 * peak / total if total > 0 else math.nan
-            if peak_pct >= s.gpu_mem_near_oom_pct:
-                above = worst.hi >= s.gpu_mem_near_oom_pct / 100.0 * total
-                spans += [float(worst.t[above].min()), float(worst.t[above].max())]
-                whose = (
-                    "the device"
-                    if worst is used or _device_wide(d, device)
-                    else "the trial's processes"
-                )
-                near.append(
-                    f"{whose} held up to {size(peak)} of its {size(total)} ({pct(peak_pct)})"
-                )
-        retries = None
-        if retries_tr is not None:
-            retries = retries_tr.peak()
-            least = s.alloc_retries_min
-            if retries >= least > 0 or (least == 0 and retries > 0):
-                rose = retries_tr.hi > retries_tr.lo[0]
-                first = float(retries_tr.t[rose].min()) if rose.any() else float(retries_tr.t[0])
-                last = float(retries_tr.t[int(np.argmax(retries_tr.hi))])
-                spans += [first, last]
-                near.append(
-                    f"the torch allocator had to free its cache and retry {retries:.0f} time(s)"
-                )
-        return GpuMemPeak(
-            total_bytes=total if has_total else None,
-            peak_pct=peak_pct,
-            peak_bytes=None if mem is None else mem.peak(),
-            device_peak_bytes=None if used is None else used.peak(),
-            alloc_retries=retries,
-            near=tuple(near),
-            t0=min(spans, default=None),
-            t1=max(spans, default=None),
-            metric="gpu.mem",
-            device=device,
-        )
-
-    def judge(self, m: GpuMemPeak, s: FindingSettings) -> Severity | None:
-        return "high" if m.near else None
-
-    def say(self, m: GpuMemPeak, s: FindingSettings, severity: Severity) -> Said:
-        evidence: dict[str, Any] = {
-            "threshold_pct": s.gpu_mem_near_oom_pct,
-            "retries_threshold": s.alloc_retries_min,
-        }
-        if m.total_bytes is not None:
-            evidence.update(
-                {
-                    "total_bytes": m.total_bytes,
-                    "peak_pct": m.peak_pct,
-                    "peak_bytes": m.peak_bytes,
-                    "device_peak_bytes": m.device_peak_bytes,
-                }
-            )
-        if m.alloc_retries is not None:
-            evidence["alloc_retries"] = m.alloc_retries
-        return Said(
-            f"Near out-of-memory on GPU {m.device}",
-            f"On GPU {m.device}, {' and '.join(m.near)}: one larger batch or a longer "
-            "sequence away from a CUDA out-of-memory error.",
-            evidence,
-            ADVICE_GPU_OOM,
-        )
 
 
 # ---------------------------------------------------------------------- idle

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from tunescope.analyze._finding import Severity
-from tunescope.analyze._rule import Case, Measured, Rule, Said
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import dur, pct
 from tunescope.analyze._usage import (

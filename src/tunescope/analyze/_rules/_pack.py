@@ -13,14 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tunescope.analyze._finding import Severity
-from tunescope.analyze._rightsize import (
-    MIG_COMPUTE_SLICES,
-    _Option,
-    match_gpu,
-    mig_options,
-)
-from tunescope.analyze._rule import Case, Measured, Rule, Said, gpu_devices
+from tunescope.analyze._gpu_catalog import MIG_COMPUTE_SLICES, GpuOption, match_gpu, mig_options
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said, gpu_devices
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import pct, size
 
@@ -55,7 +50,7 @@ class PackFit(Measured):
     gpus: int
     per_gpu: int
     gpu_model: str | None
-    mig: _Option | None
+    mig: GpuOption | None
 
     @property
     def peak_pct(self) -> float:

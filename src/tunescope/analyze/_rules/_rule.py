@@ -7,21 +7,19 @@ about it (title, message, evidence, advice: made from the measurement in one pla
 A rule runs once per subject: the trial (``each = "trial"``), each GPU the trial holds
 (``"gpu"``), or each memory series: CPU memory, then each GPU's (``"memory"``). It finds
 nothing when the trial lacks the data it needs: a rule never guesses. Registering a rule is one
-line of ``tunescope.analyze._findings.FINDINGS``.
+line of :data:`FINDINGS` in ``analyze/_rules/__init__.py``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from tunescope.analyze._data import TrialData
-from tunescope.analyze._finding import Finding, RuleInfo, Severity
+from tunescope.analyze._gpu_catalog import GpuType
+from tunescope.analyze._rules._finding import Finding, RuleInfo, Severity
 from tunescope.analyze._settings import FindingSettings, Setting
-
-if TYPE_CHECKING:
-    from tunescope.analyze._rightsize import GpuType
 
 __all__ = ["Case", "Each", "Measured", "Rule", "Said", "gpu_devices"]
 

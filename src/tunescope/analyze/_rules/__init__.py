@@ -1,9 +1,26 @@
 """Findings of a trial or a run: every rule of :data:`FINDINGS` applied to what the store holds.
 
-A rule (``_rule.py``) holds everything of one finding; registering it is one line of
-:data:`FINDINGS`. Rules that lack their data (no GPU series, no events) find nothing rather than
-guess. The thresholds are :class:`FindingSettings`; right-sizing reads a GPU catalog whose
-prices the caller may set (:func:`gpu_catalog`).
+A rule (a :class:`Rule` of ``_rule.py``) holds everything of one finding and produces
+:class:`Finding` records (``_finding.py``); registering it is one line of :data:`FINDINGS`.
+Rules that lack their data (no GPU series, no events) find nothing rather than guess. The
+thresholds are :class:`FindingSettings`; right-sizing reads the GPU catalog
+(``analyze/_gpu_catalog.py``), whose prices the caller may set (:func:`gpu_catalog`).
+
+The rules, one module per family:
+
+=================== =================================================================
+``_oom.py``          out of memory, near out-of-memory on a GPU and on the CPU
+``_input.py``        input-bound and CPU-bound: what feeds the training loop
+``_utilization.py``  a GPU idle, under-used, or busy but not working
+``_nodes.py``        the straggler node of a multi-node trial
+``_waste.py``        GPU-hours held idle, and a sweep's pruned and failed trials
+``_memory.py``       memory growth and evaluation spikes (CPU and each GPU)
+``_rightsize.py``    the cheapest GPU or MIG slice that holds the trial
+``_pack.py``         a trial small enough to share its GPU
+``_serving.py``      the levels of a load run (``tunescope load``)
+=================== =================================================================
+
+This module is the face of the findings for the rest of ``analyze``.
 """
 
 from __future__ import annotations
@@ -13,26 +30,40 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tunescope.analyze._data import TrialData
-from tunescope.analyze._finding import SEVERITIES, Finding, RuleInfo
-from tunescope.analyze._gpus import BusyNotWorking, GpuUnderused, IdleGpu, NearOomGpu
-from tunescope.analyze._nodes import StragglerNode
-from tunescope.analyze._oom import OutOfMemory
-from tunescope.analyze._pack import PackTrials
-from tunescope.analyze._rightsize import GPU_CATALOG, GpuType, RightSize
-from tunescope.analyze._rule import Rule
-from tunescope.analyze._rules import CpuBound, EvalMemorySpike, InputBound, MemoryGrowth, NearOomCpu
-from tunescope.analyze._serving_rules import (
+from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType
+from tunescope.analyze._rules._finding import SEVERITIES, Finding, RuleInfo, Severity, jsonable
+from tunescope.analyze._rules._input import CpuBound, InputBound, data_wait_share
+from tunescope.analyze._rules._memory import EvalMemorySpike, MemoryGrowth
+from tunescope.analyze._rules._nodes import StragglerNode
+from tunescope.analyze._rules._oom import NearOomCpu, NearOomGpu, OutOfMemory
+from tunescope.analyze._rules._pack import PackTrials
+from tunescope.analyze._rules._rightsize import RightSize
+from tunescope.analyze._rules._rule import Rule
+from tunescope.analyze._rules._serving import (
     DecodeBandwidthBound,
     KvCacheBound,
     LatencyTargetMissed,
     OverProvisioned,
     Queueing,
 )
+from tunescope.analyze._rules._utilization import BusyNotWorking, GpuUnderused, IdleGpu
+from tunescope.analyze._rules._waste import IdleStretch, SweepWaste
 from tunescope.analyze._settings import FindingSettings
-from tunescope.analyze._waste import IdleStretch, SweepWaste
 from tunescope.store import Store, TrialInfo
 
-__all__ = ["FINDINGS", "RULES", "findings_for_run", "findings_for_trial", "to_dict"]
+__all__ = [
+    "FINDINGS",
+    "RULES",
+    "SEVERITIES",
+    "Finding",
+    "RuleInfo",
+    "Severity",
+    "data_wait_share",
+    "findings_for_run",
+    "findings_for_trial",
+    "jsonable",
+    "to_dict",
+]
 
 FINDINGS: tuple[Rule[Any], ...] = (
     OutOfMemory(),

@@ -2,9 +2,9 @@
 KV-cache bound, decode memory-bandwidth bound and over-provisioned.
 
 Each judges one load trial (a level); trials without ``load.mode`` find nothing. The
-requests are the level's ``request`` events (``_serving.level_stats``), the engine's own
+requests are the level's ``request`` events (``analyze/_serving.py::level_stats``), the engine's own
 figures its ``serve.*`` series, and the engine's hardware the series of the trial that sampled
-the engine (``_serving.engine_trial``) over the level's span. See docs/findings.md.
+the engine (``analyze/_serving.py::engine_trial``) over the level's span. See docs/findings.md.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from tunescope.analyze._data import F64, Trace, TrialData
-from tunescope.analyze._finding import Severity
-from tunescope.analyze._rightsize import GB, match_gpu
-from tunescope.analyze._rule import Case, Measured, Rule, Said, gpu_devices
+from tunescope.analyze._gpu_catalog import GB, match_gpu
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said, gpu_devices
 from tunescope.analyze._serving import (
     Level,
     ServingRun,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunescope.analyze._data import TrialData
-from tunescope.analyze._finding import Severity
-from tunescope.analyze._rule import Case, Measured, Rule, Said
+from tunescope.analyze._rules._finding import Severity
+from tunescope.analyze._rules._rule import Case, Measured, Rule, Said
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._text import pct
 

@@ -457,24 +457,15 @@ class _Wrapper:
         self._status_open = True
         err = os.dup(2)
         self.log = tempfile.TemporaryFile(prefix="tunescope-run-")  # noqa: SIM115
-        args = [
-            sys.executable,
-            "-m",
-            protocol.MODULE,
-            "--trial-key",
+        args = protocol.sampler_command(
             self.spec.key,
-            "--interval",
-            repr(float(self.spec.interval)),
-            "--status-fd",
-            str(w),
-            "--stderr-fd",
-            str(err),
-            *([protocol.NODE] if self.node else []),
-            *([protocol.FOREGROUND] if self.foreground else []),
-            "--exec",
-            "--",
-            *self.cmd,
-        ]
+            self.spec.interval,
+            status_fd=w,
+            stderr_fd=err,
+            node=self.node,
+            foreground=self.foreground,
+            command=self.cmd,
+        )
         try:
             proc: subprocess.Popen[bytes] = subprocess.Popen(
                 args,

@@ -255,21 +255,9 @@ def start_sampler(
     this node's part of a multi-node trial and never ends it (``tunescope/_protocol.py``).
     Returns None (after one warning) if it cannot start or exits before it is ready; never
     raises. ``module`` is for tests."""
-    cmd = [
-        sys.executable,
-        "-m",
-        module,
-        "--trial-key",
-        spec.key,
-        "--pid",
-        str(pid),
-        "--interval",
-        repr(float(interval)),
-    ]
-    if gap_since is not None:
-        cmd += ["--gap-since", repr(float(gap_since))]
-    if node:
-        cmd.append(protocol.NODE)
+    cmd = protocol.sampler_command(
+        spec.key, interval, pid=pid, gap_since=gap_since, node=node, module=module
+    )
     env = dict(os.environ)
     env[ENV_STORE] = store_url
     env[protocol.ENV_SPEC] = spec.to_json()

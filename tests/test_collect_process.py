@@ -406,6 +406,7 @@ def test_collect_imports_only_metrics_store_and_errors() -> None:
         "tunescope.store",
         "tunescope.errors",
         "tunescope._once",
+        "tunescope._env",
         "tunescope._protocol",
         "tunescope._gpuid",
         "tunescope._clock",

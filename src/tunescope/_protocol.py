@@ -48,7 +48,7 @@ alone) nor record events.
 
 Environment: the store URL (password included) comes in ``TUNESCOPE_STORE`` and never on
 the command line; the trial's spec (to create it if the store has not seen it yet) in
-:data:`ENV_SPEC`.
+``TUNESCOPE_SAMPLER_SPEC`` (their names: ``tunescope/_env.py``).
 
 Exit codes: 0 after a stop, 1 when the sampler cannot start, 2 for bad arguments.
 """
@@ -60,7 +60,6 @@ from collections.abc import Sequence
 __all__ = [
     "BATCH",
     "END",
-    "ENV_SPEC",
     "EXEC",
     "EXIT",
     "EXIT_BAD_ARGS",
@@ -108,7 +107,6 @@ EXEC = "--exec"
 
 OOM_KERNEL = "out of memory (killed by the kernel)"
 OOM_CUDA = "out of memory (CUDA)"
-ENV_SPEC = "TUNESCOPE_SAMPLER_SPEC"
 EXIT_CANNOT_START = 1
 EXIT_BAD_ARGS = 2
 

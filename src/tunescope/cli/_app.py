@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import typer
 
+from tunescope._env import ENV_JOB_ID, ENV_KEEP_RAW, ENV_MAX_SERIES
 from tunescope.analyze import Objective, data_wait_share, summarize_trial, trial_objective
 from tunescope.cli import _format as fmt
 from tunescope.cli import _input as check
@@ -93,7 +94,7 @@ def run(
         typer.Option(
             "--job-id",
             help="A multi-node job's id: every node run with the same id records into one "
-            "trial (else $TUNESCOPE_JOB_ID, torchrun's --rdzv-id, Slurm's job and step).",
+            f"trial (else ${ENV_JOB_ID}, torchrun's --rdzv-id, Slurm's job and step).",
         ),
     ] = None,
     node_rank: Annotated[
@@ -873,7 +874,7 @@ def serve(
         typer.Option(
             "--max-series",
             metavar="N",
-            envvar="TUNESCOPE_MAX_SERIES",
+            envvar=ENV_MAX_SERIES,
             min=1,
             help="Most series (metrics x devices x hosts) one trial may have; a batch "
             "past it is refused (422).",
@@ -904,7 +905,7 @@ def serve(
         typer.Option(
             "--keep-raw",
             metavar="DURATION",
-            envvar="TUNESCOPE_KEEP_RAW",
+            envvar=ENV_KEEP_RAW,
             help="Run `tunescope compact --keep-raw DURATION` daily (first a minute after "
             "start): raw samples older than this are dropped once rolled up. Default: keep all.",
             callback=check.duration,

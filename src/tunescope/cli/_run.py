@@ -54,6 +54,7 @@ from typing import IO, Any
 
 import tunescope._protocol as protocol
 from tunescope import _clock
+from tunescope._env import ENV_SAMPLER_SPEC
 from tunescope.collect import OomWatch, end_of, give_terminal, spawn, terminal_is_ours
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 from tunescope.record import (
@@ -252,7 +253,7 @@ def run_command(
         )
     env = dict(os.environ)
     env.update(trial_env(url, run_name, spec.key, interval, trial_id=tid))
-    env[protocol.ENV_SPEC] = spec.to_json()
+    env[ENV_SAMPLER_SPEC] = spec.to_json()
     node = job is not None and not job.primary
     return _Wrapper(cmd, url, spec, env, node=node).run()
 
@@ -487,7 +488,7 @@ class _Wrapper:
         """Start the command ourselves (the sampler could not start it)."""
         try:
             self.child = spawn(
-                self.cmd, None, self.env, protocol.ENV_SPEC, foreground=self.foreground
+                self.cmd, None, self.env, ENV_SAMPLER_SPEC, foreground=self.foreground
             )
         except OSError as exc:
             print(f"tunescope: could not start {self.cmd[0]}: {exc}", file=sys.stderr)

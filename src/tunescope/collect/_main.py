@@ -50,6 +50,7 @@ from typing import IO, TYPE_CHECKING
 
 import tunescope._clock as _clock
 import tunescope._protocol as protocol
+from tunescope._env import ENV_LINGER, ENV_SAMPLER_SPEC, ENV_STORE
 from tunescope._once import Once
 from tunescope.collect._loop import (
     MIN_INTERVAL,
@@ -91,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"python -m {protocol.MODULE}",
         description="Sample a trial's process tree (and its GPUs) into the tunescope store "
-        f"$TUNESCOPE_STORE names, until '{protocol.STOP}' on stdin or the end of the trial's "
+        f"${ENV_STORE} names, until '{protocol.STOP}' on stdin or the end of the trial's "
         "root process.",
     )
     who = p.add_mutually_exclusive_group(required=True)
@@ -197,7 +198,7 @@ class _Status:
 def linger_s() -> float:
     """$TUNESCOPE_LINGER, else :data:`LINGER_S`."""
     try:
-        v = float(os.environ.get("TUNESCOPE_LINGER", ""))
+        v = float(os.environ.get(ENV_LINGER, ""))
         return v if math.isfinite(v) and v >= 0 else LINGER_S
     except ValueError:
         return LINGER_S
@@ -228,7 +229,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
                     command,
                     args.stderr_fd,
                     os.environ,
-                    protocol.ENV_SPEC,
+                    ENV_SAMPLER_SPEC,
                     foreground=args.foreground,
                 )
             except OSError as exc:
@@ -357,12 +358,12 @@ class _Loading(threading.Thread):
         key, trial, pid = self._args
         self.url = url = resolve_url(None)
         spec: TrialSpec | None = None
-        raw = os.environ.get(protocol.ENV_SPEC)
+        raw = os.environ.get(ENV_SAMPLER_SPEC)
         if raw:
             try:
                 spec = TrialSpec.from_json(raw)
             except ValueError as exc:
-                self._logger.error("ignoring a bad %s: %s", protocol.ENV_SPEC, exc)
+                self._logger.error("ignoring a bad %s: %s", ENV_SAMPLER_SPEC, exc)
         self.key = key = key or _key_of(url, trial or 0)
         self.writer = Writer(
             url,

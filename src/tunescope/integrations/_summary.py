@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
+from tunescope._env import ENV_UI_URL
 from tunescope._once import Once
 from tunescope.analyze import SEVERITIES, Finding, findings_for_trial, summarize_trial
 from tunescope.integrations._common import LOG
@@ -29,7 +30,6 @@ from tunescope.store import RunInfo, Store, TrialInfo, open_store, redact, resol
 
 __all__ = [
     "DEFAULT_UI_URL",
-    "ENV_UI_URL",
     "NAMES",
     "TIMEOUT_S",
     "TrackerSummary",
@@ -42,9 +42,6 @@ __all__ = [
 
 DEFAULT_UI_URL = "http://127.0.0.1:8765"
 """Where ``tunescope ui`` serves the page by default."""
-
-ENV_UI_URL = "TUNESCOPE_UI_URL"
-"""The page's base URL when the caller gives none (a team server's address, a proxy's)."""
 
 TIMEOUT_S = 5.0
 """Longest a summary holds its caller: waiting for the trial's last writes, then reading."""

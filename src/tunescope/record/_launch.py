@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import tunescope._protocol as protocol
 from tunescope import _clock
-from tunescope.record._env import ENV_STORE
+from tunescope._env import ENV_SAMPLER_SPEC, ENV_STORE
 from tunescope.record._safety import LOG
 from tunescope.store import Batch, TrialEnd, TrialSpec
 
@@ -260,7 +260,7 @@ def start_sampler(
     )
     env = dict(os.environ)
     env[ENV_STORE] = store_url
-    env[protocol.ENV_SPEC] = spec.to_json()
+    env[ENV_SAMPLER_SPEC] = spec.to_json()
     err: IO[bytes] | None = None
     try:
         err = tempfile.TemporaryFile(prefix="tunescope-sampler-")  # noqa: SIM115 (kept open)

@@ -28,9 +28,10 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from tunescope._env import ENV_INTERVAL, ENV_STORE
 from tunescope.errors import ConfigError, StoreError, StoreUnavailable
 from tunescope.record import _state
-from tunescope.record._env import ENV_INTERVAL, ENV_STORE, attach_key
+from tunescope.record._env import attach_key
 from tunescope.record._mode import disabled, quiet
 from tunescope.record._safety import LOG, once
 from tunescope.record._trial import ENTER_WAIT_S, WAKE_MARGIN_S, Trial, rec_trial

@@ -48,13 +48,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from typing import IO, Any
 
 import tunescope._protocol as protocol
 from tunescope import _clock
 from tunescope._env import ENV_SAMPLER_SPEC
+from tunescope._names import default_run_name
 from tunescope.collect import OomWatch, end_of, give_terminal, spawn, terminal_is_ours
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 from tunescope.record import (
@@ -207,8 +207,7 @@ def run_command(
         os.execvp(cmd[0], list(cmd))
     job = find_job(cmd, job_id=job_id, node_rank=node_rank)
     url = absolute_url(store)
-    stamp = job.id if job is not None else time.strftime("%Y%m%d-%H%M%S")
-    run_name = run or f"{os.path.basename(cmd[0])}-{stamp}"
+    run_name = run or default_run_name(os.path.basename(cmd[0]), None if job is None else job.id)
     if not run_name.strip():
         raise ConfigError("--run must not be empty")
     project = project_of(url)

@@ -348,6 +348,32 @@ def test_unknown_trial_exits_1_without_ready(sqlite_url: str) -> None:
     assert b"cannot start" in out.stderr and len(out.stderr.splitlines()) == 1
 
 
+def test_the_sampler_reads_the_command_line_its_launchers_write() -> None:
+    """Both launchers (the SDK's trials, ``tunescope run``) take the sampler's command line
+    from ``_protocol.sampler_command``; the sampler's parser reads every field back, and a
+    command after ``--exec`` stays whole, options of its own included."""
+    from tunescope import _protocol as protocol
+    from tunescope.collect._main import parser, split_command
+
+    watch = protocol.sampler_command("k1", 0.5, pid=42, gap_since=12.25, node=True)
+    assert watch[:3] == [sys.executable, "-m", "tunescope.collect"]
+    own, command = split_command(watch[3:])
+    args = parser().parse_args(own)
+    assert command is None
+    assert (args.trial_key, args.pid, args.interval, args.gap_since) == ("k1", 42, 0.5, 12.25)
+    assert args.node and not args.foreground and not args.run_mode
+    assert args.status_fd is None and args.stderr_fd is None
+
+    cmd = ["python", "train.py", "--exec", "--pid", "3"]
+    run = protocol.sampler_command("k2", 2, status_fd=7, stderr_fd=8, foreground=True, command=cmd)
+    own, command = split_command(run[3:])
+    args = parser().parse_args(own)
+    assert command == cmd
+    assert (args.trial_key, args.pid, args.interval, args.gap_since) == ("k2", None, 2.0, None)
+    assert (args.status_fd, args.stderr_fd) == (7, 8)
+    assert args.foreground and args.run_mode and not args.node
+
+
 # ---------------------------------------------------------------------- package hygiene
 def test_importing_the_package_is_cheap() -> None:
     code = (
@@ -380,6 +406,7 @@ def test_collect_imports_only_metrics_store_and_errors() -> None:
         "tunescope.store",
         "tunescope.errors",
         "tunescope._once",
+        "tunescope._env",
         "tunescope._protocol",
         "tunescope._gpuid",
         "tunescope._clock",

@@ -160,8 +160,8 @@ def test_the_anchor_is_shared_within_a_boot_only(monkeypatch: pytest.MonkeyPatch
     code = textwrap.dedent(
         """
         import os, sys, time
-        from tunescope import _clock
-        print(repr(_clock.now() - time.monotonic()), _clock.ENV_CLOCK in os.environ)
+        from tunescope import _clock, _env
+        print(repr(_clock.now() - time.monotonic()), _env.ENV_CLOCK in os.environ)
         """
     )
 

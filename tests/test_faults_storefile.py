@@ -28,7 +28,7 @@ from fault_helpers import (
     wait_for,
     wait_samplers_gone,
 )
-from tunescope._protocol import ENV_SPEC, ENV_STORE_FILE
+from tunescope._env import ENV_SAMPLER_SPEC, ENV_STORE_FILE
 from tunescope.store import Batch, TrialSpec, file_id, new_key, open_store, pending
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -201,7 +201,7 @@ def test_a_sampler_that_comes_up_after_its_store_file_went_writes_no_other_store
             st.ensure_run("someone-else", start=time.time())
     root = Proc([sys.executable, "-c", "import time; time.sleep(60)"])
     procs.append(root)
-    env = {**clean_env(sqlite_url), ENV_STORE_FILE: told, ENV_SPEC: spec.to_json()}
+    env = {**clean_env(sqlite_url), ENV_STORE_FILE: told, ENV_SAMPLER_SPEC: spec.to_json()}
     args = ["--trial-key", spec.key, "--pid", str(root.p.pid), "--interval", str(INTERVAL)]
     s = Proc([sys.executable, "-m", "tunescope.collect", *args], env=env)
     procs.append(s)

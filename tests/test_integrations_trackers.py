@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 import tunescope.record as ts
+from tunescope._env import ENV_UI_URL
 from tunescope.analyze import findings_for_trial, summarize_trial
 from tunescope.integrations._summary import (
     DEFAULT_UI_URL,
-    ENV_UI_URL,
     TrackerSummary,
     once,
     summarize,

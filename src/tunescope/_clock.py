@@ -26,9 +26,10 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["ENV_CLOCK", "at", "now", "start", "stop"]
+from tunescope._env import ENV_CLOCK
 
-ENV_CLOCK = "TUNESCOPE_CLOCK"
+__all__ = ["at", "now", "start", "stop"]
+
 _OFFSET_TRIES = 5
 
 _lock = threading.Lock()

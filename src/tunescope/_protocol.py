@@ -1,6 +1,8 @@
 """The sampler's protocol, written once for both of its sides: the launchers (the SDK's
 trials, ``tunescope run``, the distributed integration) and the sampler process
-(``python -m tunescope.collect``). Neither side imports the other; both import this.
+(``python -m tunescope.collect``). Neither side imports the other; both import this: the
+words below are its constants, and :func:`sampler_command` writes the sampler's command line,
+which the sampler's parser reads with the same option names.
 
 Watch mode (the SDK's trials): the sampler samples the process tree of ``--pid``.
 
@@ -46,48 +48,69 @@ alone) nor record events.
 
 Environment: the store URL (password included) comes in ``TUNESCOPE_STORE`` and never on
 the command line; the trial's spec (to create it if the store has not seen it yet) in
-:data:`ENV_SPEC`; for a SQLite store, the file the trial began in (``DEVICE:INODE``, when
-there was one at the start) in :data:`ENV_STORE_FILE`: the sampler then writes into that file
-or none, never creating a new store at the path (one deleted before the sampler came up, under
-load) nor writing into another put there; it spools instead.
+``TUNESCOPE_SAMPLER_SPEC``; for a SQLite store, the file the trial began in (``DEVICE:INODE``,
+when there was one at the start) in ``TUNESCOPE_STORE_FILE``: the sampler then writes into that
+file or none, never creating a new store at the path (one deleted before the sampler came up,
+under load) nor writing into another put there; it spools instead (their names:
+``tunescope/_env.py``).
 
 Exit codes: 0 after a stop, 1 when the sampler cannot start, 2 for bad arguments.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "BATCH",
     "END",
-    "ENV_SPEC",
-    "ENV_STORE_FILE",
+    "EXEC",
     "EXIT",
     "EXIT_BAD_ARGS",
     "EXIT_CANNOT_START",
     "FOREGROUND",
+    "GAP_SINCE",
+    "INTERVAL",
     "MODULE",
     "NODE",
     "OOM_CUDA",
     "OOM_KERNEL",
     "PID",
     "READY",
+    "ROOT_PID",
+    "STATUS_FD",
+    "STDERR_FD",
     "STOP",
+    "TRIAL_ID",
+    "TRIAL_KEY",
     "exit_code_of",
+    "sampler_command",
 ]
 
 MODULE = "tunescope.collect"
+
+# the words: the sampler's stdout, the launcher's stdin lines, run mode's status lines
 READY = "ready"
 STOP = "stop"
 END = "end"
 BATCH = "batch"
 EXIT = "exit"
 PID = "pid"
+
+# the sampler's options (:func:`sampler_command` writes its command line)
+TRIAL_KEY = "--trial-key"
+TRIAL_ID = "--trial"
+ROOT_PID = "--pid"
+INTERVAL = "--interval"
+GAP_SINCE = "--gap-since"
 NODE = "--node"
+STATUS_FD = "--status-fd"
+STDERR_FD = "--stderr-fd"
 FOREGROUND = "--foreground"
+EXEC = "--exec"
+
 OOM_KERNEL = "out of memory (killed by the kernel)"
 OOM_CUDA = "out of memory (CUDA)"
-ENV_SPEC = "TUNESCOPE_SAMPLER_SPEC"
-ENV_STORE_FILE = "TUNESCOPE_STORE_FILE"
 EXIT_CANNOT_START = 1
 EXIT_BAD_ARGS = 2
 
@@ -101,3 +124,41 @@ def exit_code_of(status: int) -> int:
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     return 1
+
+
+def sampler_command(
+    key: str,
+    interval: float,
+    *,
+    pid: int | None = None,
+    gap_since: float | None = None,
+    status_fd: int | None = None,
+    stderr_fd: int | None = None,
+    node: bool = False,
+    foreground: bool = False,
+    command: Sequence[str] | None = None,
+    module: str = MODULE,
+) -> list[str]:
+    """The sampler's command line (this interpreter's ``-m`` ``module``) for the trial of
+    ``key``: watch mode with ``pid`` (a replacement sampler with ``gap_since``), run mode with
+    ``command`` (its status on ``status_fd``, its stderr on ``stderr_fd``); ``node``: a node
+    sampler; ``foreground``: see the module doc. ``module`` is for tests."""
+    import sys
+
+    cmd = [sys.executable, "-m", module, TRIAL_KEY, key]
+    if pid is not None:
+        cmd += [ROOT_PID, str(pid)]
+    cmd += [INTERVAL, repr(float(interval))]
+    if gap_since is not None:
+        cmd += [GAP_SINCE, repr(float(gap_since))]
+    if status_fd is not None:
+        cmd += [STATUS_FD, str(status_fd)]
+    if stderr_fd is not None:
+        cmd += [STDERR_FD, str(stderr_fd)]
+    if node:
+        cmd.append(NODE)
+    if foreground:
+        cmd.append(FOREGROUND)
+    if command is not None:
+        cmd += [EXEC, "--", *command]
+    return cmd

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
+from tunescope._env import SETTING_PREFIX
 from tunescope.errors import ConfigError
 
 __all__ = [
     "CONFIG_FILE",
     "DEFAULT_SOURCE",
-    "ENV_PREFIX",
     "SETTINGS",
     "EffectiveSettings",
     "FindingSettings",
@@ -50,8 +50,6 @@ __all__ = [
 
 CONFIG_FILE = "tunescope.toml"
 """The project's own settings file (its ``[findings]`` table)."""
-ENV_PREFIX = "TUNESCOPE_"
-"""``TUNESCOPE_`` + a setting's name upper-cased sets it from the environment."""
 DEFAULT_SOURCE = "default"
 """The source of a setting nothing overrides."""
 _TABLE = "findings"
@@ -654,7 +652,7 @@ def _file_values(path: Path) -> tuple[dict[str, Any], str]:
 def _env_values(environ: Mapping[str, str]) -> dict[str, tuple[float, str]]:
     out = {}
     for name, setting in SETTINGS.items():
-        var = ENV_PREFIX + name.upper()
+        var = SETTING_PREFIX + name.upper()
         raw = environ.get(var, "").strip()
         if not raw:
             continue

@@ -10,10 +10,11 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 import typer
 
+from tunescope._env import ENV_JOB_ID, ENV_KEEP_RAW, ENV_MAX_SERIES
+from tunescope._names import default_run_name, page_link
 from tunescope.analyze import Objective, data_wait_share, summarize_trial, trial_objective
 from tunescope.cli import _format as fmt
 from tunescope.cli import _input as check
@@ -93,7 +94,7 @@ def run(
         typer.Option(
             "--job-id",
             help="A multi-node job's id: every node run with the same id records into one "
-            "trial (else $TUNESCOPE_JOB_ID, torchrun's --rdzv-id, Slurm's job and step).",
+            f"trial (else ${ENV_JOB_ID}, torchrun's --rdzv-id, Slurm's job and step).",
         ),
     ] = None,
     node_rank: Annotated[
@@ -335,7 +336,6 @@ def import_(
     Example: tunescope import guidellm benchmarks.json --run llama-h100. Each level's
     percentiles, throughput and goodput become scalars (load.ttft_p99_s, ...); guidellm's
     per-request stats become request events. Every file is read before anything is written."""
-    import time
 
     from tunescope.serving import TOOLS, import_levels, read_levels
     from tunescope.store import absolute_url, os_user, project_of
@@ -344,7 +344,7 @@ def import_(
         raise ConfigError(f"unknown tool {tool!r}: use {', '.join(TOOLS)}")
     levels = [lv for f in files for lv in read_levels(tool, f)]
     url = absolute_url(store)
-    run = run_name or f"{tool}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run = run_name or default_run_name(tool)
     names = import_levels(levels, run, url, project_of(url), os_user())
     typer.echo(f"run {run!r}: imported {len(names)} level(s): {', '.join(names)}")
 
@@ -743,9 +743,9 @@ def _serve(
         ) from None
     load_settings()  # bad finding settings refuse the server before it listens (exit 2)
     _can_listen(host, port)
-    path = "" if run_name is None else f"#/runs/{quote(run_name, safe='')}/resources"
-    scheme = "http" if tls is None else "https"
-    typer.echo(f"Open {scheme}://{page_host(host)}:{port}/{path}  (Ctrl-C to stop)")
+    base = f"{'http' if tls is None else 'https'}://{page_host(host)}:{port}"
+    link = f"{base}/" if run_name is None else page_link(base, run_name)
+    typer.echo(f"Open {link}  (Ctrl-C to stop)")
     serve_app(
         url,
         host=host,
@@ -873,7 +873,7 @@ def serve(
         typer.Option(
             "--max-series",
             metavar="N",
-            envvar="TUNESCOPE_MAX_SERIES",
+            envvar=ENV_MAX_SERIES,
             min=1,
             help="Most series (metrics x devices x hosts) one trial may have; a batch "
             "past it is refused (422).",
@@ -904,7 +904,7 @@ def serve(
         typer.Option(
             "--keep-raw",
             metavar="DURATION",
-            envvar="TUNESCOPE_KEEP_RAW",
+            envvar=ENV_KEEP_RAW,
             help="Run `tunescope compact --keep-raw DURATION` daily (first a minute after "
             "start): raw samples older than this are dropped once rolled up. Default: keep all.",
             callback=check.duration,

@@ -12,20 +12,19 @@ from typing import Annotated
 
 import typer
 
+from tunescope._env import ENV_COMPLETE
 from tunescope.errors import ConfigError
 
-__all__ = ["COMPLETE_VAR", "SHELLS", "answering", "completion"]
+__all__ = ["SHELLS", "answering", "completion"]
 
 PROG = "tunescope"
-COMPLETE_VAR = "_TUNESCOPE_COMPLETE"
-"""Set by the completion script when it asks ``tunescope`` for the words that may follow."""
 SHELLS = ("bash", "zsh", "fish")
 
 
 def answering() -> bool:
     """Whether this process answers a shell's completion request (then Typer's completion
     classes are registered, which the request needs)."""
-    if not os.environ.get(COMPLETE_VAR):
+    if not os.environ.get(ENV_COMPLETE):
         return False
     from typer._completion_classes import completion_init
 
@@ -45,4 +44,4 @@ def completion(
         raise ConfigError(f"unknown shell {shell!r}: use one of {', '.join(SHELLS)}")
     from typer._completion_shared import get_completion_script
 
-    typer.echo(get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell))
+    typer.echo(get_completion_script(prog_name=PROG, complete_var=ENV_COMPLETE, shell=shell))

@@ -32,6 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from tunescope._names import default_run_name
 from tunescope.errors import ConfigError
 from tunescope.store import absolute_url
 
@@ -143,7 +144,7 @@ def _run(store: str | None, seconds_per_trial: float, eval_every_s: float) -> tu
     from tunescope.integrations.optuna import track
 
     url = absolute_url(store)
-    run_name = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_name = default_run_name("demo")
     ckpt_root = Path(_store_dir(url)) / "tunescope-demo-checkpoints" / run_name
     path = model_dir()
     verbosity = hf_logging.get_verbosity()

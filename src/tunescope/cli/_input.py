@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand
 
+from tunescope._env import ENV_STORE, ENV_TOKEN
 from tunescope.errors import ConfigError
 
 __all__ = [
@@ -243,8 +244,8 @@ StoreOpt = Annotated[
     typer.Option(
         "--store",
         help="Store URL: a SQLite file path (default ./tunescope.db, or "
-        "$TUNESCOPE_STORE), postgresql://... or http(s)://HOST:PORT/PROJECT (token in "
-        "$TUNESCOPE_TOKEN)",
+        f"${ENV_STORE}), postgresql://... or http(s)://HOST:PORT/PROJECT (token in "
+        f"${ENV_TOKEN})",
         show_default=False,
         callback=not_empty,
     ),

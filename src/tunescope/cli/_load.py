@@ -20,6 +20,7 @@ import sys
 import time
 
 from tunescope import _clock
+from tunescope._names import default_run_name
 from tunescope.analyze import Slo, level_stats, parse_slo
 from tunescope.errors import ConfigError, NotFound
 from tunescope.serving import (
@@ -126,7 +127,7 @@ def load_command(
     if not (math.isfinite(server_wait) and 0 < server_wait <= 3600):
         raise ConfigError(f"--server-wait {server_wait}: use above 0, at most 3600 seconds")
     store_url = absolute_url(store)
-    run_name = run or f"load-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_name = run or default_run_name("load")
     if not run_name.strip():
         raise ConfigError("--run must not be empty")
     _clock.start()

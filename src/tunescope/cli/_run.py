@@ -48,12 +48,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from typing import IO, Any
 
 import tunescope._protocol as protocol
 from tunescope import _clock
+from tunescope._env import ENV_SAMPLER_SPEC, ENV_STORE_FILE
+from tunescope._names import default_run_name
 from tunescope.collect import OomWatch, end_of, give_terminal, spawn, terminal_is_ours
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
 from tunescope.record import (
@@ -207,8 +208,7 @@ def run_command(
         os.execvp(cmd[0], list(cmd))
     job = find_job(cmd, job_id=job_id, node_rank=node_rank)
     url = absolute_url(store)
-    stamp = job.id if job is not None else time.strftime("%Y%m%d-%H%M%S")
-    run_name = run or f"{os.path.basename(cmd[0])}-{stamp}"
+    run_name = run or default_run_name(os.path.basename(cmd[0]), None if job is None else job.id)
     if not run_name.strip():
         raise ConfigError("--run must not be empty")
     project = project_of(url)
@@ -253,10 +253,10 @@ def run_command(
         )
     env = dict(os.environ)
     env.update(trial_env(url, run_name, spec.key, interval, trial_id=tid))
-    env[protocol.ENV_SPEC] = spec.to_json()
-    env.pop(protocol.ENV_STORE_FILE, None)
+    env[ENV_SAMPLER_SPEC] = spec.to_json()
+    env.pop(ENV_STORE_FILE, None)
     if (fid := file_id(url)) is not None:
-        env[protocol.ENV_STORE_FILE] = fid
+        env[ENV_STORE_FILE] = fid
     node = job is not None and not job.primary
     return _Wrapper(cmd, url, spec, env, node=node).run()
 
@@ -461,24 +461,15 @@ class _Wrapper:
         self._status_open = True
         err = os.dup(2)
         self.log = tempfile.TemporaryFile(prefix="tunescope-run-")  # noqa: SIM115
-        args = [
-            sys.executable,
-            "-m",
-            protocol.MODULE,
-            "--trial-key",
+        args = protocol.sampler_command(
             self.spec.key,
-            "--interval",
-            repr(float(self.spec.interval)),
-            "--status-fd",
-            str(w),
-            "--stderr-fd",
-            str(err),
-            *([protocol.NODE] if self.node else []),
-            *([protocol.FOREGROUND] if self.foreground else []),
-            "--exec",
-            "--",
-            *self.cmd,
-        ]
+            self.spec.interval,
+            status_fd=w,
+            stderr_fd=err,
+            node=self.node,
+            foreground=self.foreground,
+            command=self.cmd,
+        )
         try:
             proc: subprocess.Popen[bytes] = subprocess.Popen(
                 args,
@@ -500,7 +491,7 @@ class _Wrapper:
         """Start the command ourselves (the sampler could not start it)."""
         try:
             self.child = spawn(
-                self.cmd, None, self.env, protocol.ENV_SPEC, foreground=self.foreground
+                self.cmd, None, self.env, ENV_SAMPLER_SPEC, foreground=self.foreground
             )
         except OSError as exc:
             print(f"tunescope: could not start {self.cmd[0]}: {exc}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from tunescope._env import ENV_TOKEN
 from tunescope.store import (
     display,
     open_store,
@@ -38,7 +39,7 @@ def spool_note(url: str | None) -> str | None:
     if why is not None:
         return (
             f"tunescope: {waits}: the store refused the token ({why}); "
-            "set $TUNESCOPE_TOKEN to a valid token, then run `tunescope sync`"
+            f"set ${ENV_TOKEN} to a valid token, then run `tunescope sync`"
         )
     return f"tunescope: {waits}: run `tunescope sync`"
 

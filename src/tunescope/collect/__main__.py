@@ -11,10 +11,11 @@ if __name__ == "__main__":
         signal.signal(_sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
-    from tunescope._protocol import ENV_SPEC
+    from tunescope._env import ENV_SAMPLER_SPEC
     from tunescope.collect._spawn import spawn_from_argv
 
-    _spawned = spawn_from_argv(sys.argv[1:], ENV_SPEC)  # run mode: the command before imports
+    # run mode: the command starts before the imports
+    _spawned = spawn_from_argv(sys.argv[1:], ENV_SAMPLER_SPEC)
 
     from tunescope.collect._main import main
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tunescope._env import ENV_GPU_REPLAY
 from tunescope._once import Once
 from tunescope.collect._gpushare import ProcessUtilReader
 from tunescope.collect._once import LOGGER_NAME
@@ -43,7 +44,8 @@ __all__ = [
     "open_gpu_backend",
 ]
 
-REPLAY_ENV = "TUNESCOPE_GPU_REPLAY"
+REPLAY_ENV = ENV_GPU_REPLAY
+"""The variable that selects the replay backend (the public name of ``ENV_GPU_REPLAY``)."""
 
 GPM_MIN_GAP = 0.15
 """Seconds: a GPM sample younger than this is not paired with a new one (NVML's GPM metrics

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import tunescope._clock as _clock
+import tunescope._protocol as protocol
 from tunescope._once import Once
 from tunescope.collect._host import HostProbe, start_and_state
 from tunescope.collect._once import LOGGER_NAME
@@ -186,11 +187,11 @@ class StdinWatch(threading.Thread):
             *lines, buf = buf.split(b"\n")
             for line in lines:
                 word = line.strip().decode(errors="replace")
-                if word == "stop":
-                    self._stop_signal.request("stop")
+                if word == protocol.STOP:
+                    self._stop_signal.request(protocol.STOP)
                     continue  # batch lines may follow
                 head, _, arg = word.partition(" ")
-                if head == "batch":
+                if head == protocol.BATCH:
                     try:
                         from tunescope.store import Batch
 
@@ -200,27 +201,33 @@ class StdinWatch(threading.Thread):
                         continue
                     self._stop_signal.hand(batch)
                     continue
-                if head == "end":
+                if head == protocol.END:
                     try:
                         end = parse_end(arg)
                     except (ValueError, TypeError, KeyError):
                         self._log("stdin-end", "ignoring a malformed end line on stdin")
                         continue
-                    self._stop_signal.request("end", end=end)
+                    self._stop_signal.request(protocol.END, end=end)
                     continue  # batch lines may follow
-                if head == "exit":
+                if head == protocol.EXIT:
                     try:
                         code = int(arg)
                     except ValueError:
-                        self._log("stdin-exit", "ignoring %r on stdin (exit CODE)", word)
+                        self._log(
+                            "stdin-exit", "ignoring %r on stdin (%s CODE)", word, protocol.EXIT
+                        )
                         continue
-                    self._stop_signal.request("exit", code)
+                    self._stop_signal.request(protocol.EXIT, code)
                     return
                 if word:
                     self._log(
                         "stdin-word",
-                        "ignoring %r on stdin (only stop, end, batch and exit CODE)",
+                        "ignoring %r on stdin (only %s, %s, %s and %s CODE)",
                         word,
+                        protocol.STOP,
+                        protocol.END,
+                        protocol.BATCH,
+                        protocol.EXIT,
                     )
 
 
@@ -280,9 +287,7 @@ def _zombie_code(pid: int) -> int | None:
         fields = raw[raw.rfind(b")") + 2 :].split()
         if fields[0] != b"Z" or len(fields) < 50:
             return None
-        from tunescope._protocol import exit_code_of
-
-        return exit_code_of(int(fields[49]))
+        return protocol.exit_code_of(int(fields[49]))
     except (OSError, ValueError, IndexError):
         return None
 
@@ -309,8 +314,6 @@ class Root:
             ).start()
 
     def _reap(self, stop: StopSignal | None) -> None:
-        from tunescope._protocol import exit_code_of
-
         while True:
             try:
                 _pid, status = os.waitpid(self.pid, 0)
@@ -319,7 +322,7 @@ class Root:
             except ChildProcessError:
                 status = 0
             break
-        self.code = exit_code_of(status)
+        self.code = protocol.exit_code_of(status)
         self.ended_at = _clock.now()
         if stop is not None:
             stop.request("root")

@@ -50,6 +50,7 @@ from typing import IO, TYPE_CHECKING
 
 import tunescope._clock as _clock
 import tunescope._protocol as protocol
+from tunescope._env import ENV_LINGER, ENV_SAMPLER_SPEC, ENV_STORE, ENV_STORE_FILE
 from tunescope._once import Once
 from tunescope.collect._loop import (
     MIN_INTERVAL,
@@ -89,48 +90,51 @@ READY_WAIT_S = 1.0
 def parser() -> argparse.ArgumentParser:
     """The sampler's command line."""
     p = argparse.ArgumentParser(
-        prog="python -m tunescope.collect",
+        prog=f"python -m {protocol.MODULE}",
         description="Sample a trial's process tree (and its GPUs) into the tunescope store "
-        "$TUNESCOPE_STORE names, until 'stop' on stdin or the end of the trial's root process.",
+        f"${ENV_STORE} names, until '{protocol.STOP}' on stdin or the end of the trial's "
+        "root process.",
     )
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--trial-key", metavar="KEY", help="key of the trial to record")
-    who.add_argument("--trial", metavar="ID", type=int, help="id of a trial already in the store")
+    who.add_argument(protocol.TRIAL_KEY, metavar="KEY", help="key of the trial to record")
+    who.add_argument(
+        protocol.TRIAL_ID, metavar="ID", type=int, help="id of a trial already in the store"
+    )
     p.add_argument(
-        "--pid",
+        protocol.ROOT_PID,
         metavar="PID",
         type=int,
         help="root process of the trial (watch mode); its descendants are watched too",
     )
     p.add_argument(
-        "--interval",
+        protocol.INTERVAL,
         metavar="S",
         type=float,
         default=1.0,
         help=f"seconds between samples (default 1.0, at least {MIN_INTERVAL})",
     )
     p.add_argument(
-        "--gap-since",
+        protocol.GAP_SINCE,
         metavar="T",
         type=float,
         default=None,
         help="this sampler replaces one that died, last seen alive at epoch T",
     )
     p.add_argument(
-        "--node",
+        protocol.NODE,
         action="store_true",
         help="node sampler: sample this node's part of a multi-node trial; the primary "
         "sampler (node rank 0) records the trial's end and events, this one neither",
     )
     p.add_argument(
-        "--status-fd",
+        protocol.STATUS_FD,
         metavar="FD",
         type=int,
         default=None,
-        help="run mode: file descriptor for 'pid N' and 'exit CODE' lines",
+        help=f"run mode: file descriptor for '{protocol.PID} N' and '{protocol.EXIT} CODE' lines",
     )
     p.add_argument(
-        "--stderr-fd",
+        protocol.STDERR_FD,
         metavar="FD",
         type=int,
         default=None,
@@ -142,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
         help="run mode: make the command's process group the terminal's foreground group",
     )
     p.add_argument(
-        "--exec",
+        protocol.EXEC,
         dest="run_mode",
         action="store_true",
         help="run mode: start the command that follows (after --) and record it",
@@ -153,9 +157,9 @@ def parser() -> argparse.ArgumentParser:
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     """(the sampler's own arguments, the command after ``--exec [--]`` or None)."""
     args = list(argv)
-    if "--exec" not in args:
+    if protocol.EXEC not in args:
         return args, None
-    i = args.index("--exec")
+    i = args.index(protocol.EXEC)
     rest = args[i + 1 :]
     if rest[:1] == ["--"]:
         rest = rest[1:]
@@ -194,7 +198,7 @@ class _Status:
 def linger_s() -> float:
     """$TUNESCOPE_LINGER, else :data:`LINGER_S`."""
     try:
-        v = float(os.environ.get("TUNESCOPE_LINGER", ""))
+        v = float(os.environ.get(ENV_LINGER, ""))
         return v if math.isfinite(v) and v >= 0 else LINGER_S
     except ValueError:
         return LINGER_S
@@ -225,7 +229,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
                     command,
                     args.stderr_fd,
                     os.environ,
-                    protocol.ENV_SPEC,
+                    ENV_SAMPLER_SPEC,
                     foreground=args.foreground,
                 )
             except OSError as exc:
@@ -247,7 +251,7 @@ def main(argv: Sequence[str] | None = None, spawned: int | OSError | None = None
         if command and not root.ended():  # run mode: the command's end is ours to record
             log("sigterm", "SIGTERM: going on until the command ends, to record its end")
             return
-        stop.request("stop")
+        stop.request(protocol.STOP)
 
     signal.signal(signal.SIGTERM, _on_term)
     out = sys.stdout
@@ -354,19 +358,19 @@ class _Loading(threading.Thread):
         key, trial, pid = self._args
         self.url = url = resolve_url(None)
         spec: TrialSpec | None = None
-        raw = os.environ.get(protocol.ENV_SPEC)
+        raw = os.environ.get(ENV_SAMPLER_SPEC)
         if raw:
             try:
                 spec = TrialSpec.from_json(raw)
             except ValueError as exc:
-                self._logger.error("ignoring a bad %s: %s", protocol.ENV_SPEC, exc)
+                self._logger.error("ignoring a bad %s: %s", ENV_SAMPLER_SPEC, exc)
         self.key = key = key or _key_of(url, trial or 0)
         self.writer = Writer(
             url,
             spec=spec if spec and spec.key == key else None,
             name="sampler",
             log=self._log,
-            store_factory=_opener(self.create, os.environ.get(protocol.ENV_STORE_FILE) or None),
+            store_factory=_opener(self.create, os.environ.get(ENV_STORE_FILE) or None),
         )
         from tunescope.collect._gpu import open_gpu_backend
 
@@ -445,13 +449,13 @@ def _how_it_ended(stop: StopSignal, root: Root) -> TrialEnd | None:
     from tunescope.store import TrialEnd
 
     now = _clock.now()
-    if stop.reason == "stop":
+    if stop.reason == protocol.STOP:
         return None
-    if stop.reason == "end":
+    if stop.reason == protocol.END:
         return stop.end
     end: TrialEnd | None = None
     code: int | None = None
-    if stop.reason == "exit" and stop.code is not None:
+    if stop.reason == protocol.EXIT and stop.code is not None:
         code = stop.code
         end = end_of(code, now)
     elif root.child and root.code is not None:

@@ -2,7 +2,8 @@
 
 ``python -m tunescope.collect ... --exec -- CMD`` makes the sampler the command's parent (see
 ``tunescope/_protocol.py``). The command must not wait for the sampler's imports, so
-``__main__`` calls :func:`spawn_from_argv` first thing; it uses nothing but ``os``.
+``__main__`` calls :func:`spawn_from_argv` first thing; it uses nothing but ``os`` (and the
+protocol's words, which import nothing).
 
 The command runs in a process group of its own (a signal to the launcher's group, such as
 ``timeout``'s or Slurm's, does not reach it twice: ``tunescope run`` forwards what it gets).
@@ -15,6 +16,8 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Mapping, Sequence
+
+import tunescope._protocol as protocol
 
 __all__ = [
     "CHILD_DEFAULT_SIGNALS",
@@ -146,24 +149,24 @@ def _value(argv: Sequence[str], name: str) -> int | None:
 def spawn_from_argv(argv: Sequence[str], env_drop: str) -> int | OSError | None:
     """In run mode (``--exec`` in ``argv``), start the command and say ``pid N`` on the
     status descriptor; the pid, the OSError that prevented it, or None outside run mode."""
-    if "--exec" not in argv:
+    if protocol.EXEC not in argv:
         return None
-    own = list(argv[: list(argv).index("--exec")])
-    rest = list(argv[list(argv).index("--exec") + 1 :])
+    own = list(argv[: list(argv).index(protocol.EXEC)])
+    rest = list(argv[list(argv).index(protocol.EXEC) + 1 :])
     if rest[:1] == ["--"]:
         rest = rest[1:]
     if not rest:
         return None
-    status = _value(own, "--status-fd")
-    stderr_fd = _value(own, "--stderr-fd")
+    status = _value(own, protocol.STATUS_FD)
+    stderr_fd = _value(own, protocol.STDERR_FD)
     try:
-        pid = spawn(rest, stderr_fd, os.environ, env_drop, foreground="--foreground" in own)
+        pid = spawn(rest, stderr_fd, os.environ, env_drop, foreground=protocol.FOREGROUND in own)
     except OSError as exc:
         return exc
     let_go_of_stdio(stderr_fd)
     if status is not None:
         try:
-            os.write(status, f"pid {pid}\n".encode())
+            os.write(status, f"{protocol.PID} {pid}\n".encode())
         except OSError:
             pass
     return pid

@@ -18,8 +18,9 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlencode, urlsplit
 
+from tunescope._env import ENV_UI_URL
+from tunescope._names import page_link, page_root
 from tunescope._once import Once
 from tunescope.analyze import SEVERITIES, Finding, findings_for_trial, summarize_trial
 from tunescope.integrations._common import LOG
@@ -29,7 +30,6 @@ from tunescope.store import RunInfo, Store, TrialInfo, open_store, redact, resol
 
 __all__ = [
     "DEFAULT_UI_URL",
-    "ENV_UI_URL",
     "NAMES",
     "TIMEOUT_S",
     "TrackerSummary",
@@ -42,9 +42,6 @@ __all__ = [
 
 DEFAULT_UI_URL = "http://127.0.0.1:8765"
 """Where ``tunescope ui`` serves the page by default."""
-
-ENV_UI_URL = "TUNESCOPE_UI_URL"
-"""The page's base URL when the caller gives none (a team server's address, a proxy's)."""
 
 TIMEOUT_S = 5.0
 """Longest a summary holds its caller: waiting for the trial's last writes, then reading."""
@@ -95,19 +92,8 @@ def ui_base(ui_url: str | None, store_url: str) -> str:
     """The page's base URL: ``ui_url``, else $TUNESCOPE_UI_URL, else the server of an HTTP
     store (a team server serves the page at the root of its address), else
     :data:`DEFAULT_UI_URL`."""
-    base = ui_url or os.environ.get(ENV_UI_URL)
-    if not base:
-        parts = urlsplit(store_url)
-        if parts.scheme.lower() in ("http", "https") and parts.netloc:
-            base = f"{parts.scheme.lower()}://{parts.netloc.rpartition('@')[2]}"
-        else:
-            base = DEFAULT_UI_URL
+    base = ui_url or os.environ.get(ENV_UI_URL) or page_root(store_url) or DEFAULT_UI_URL
     return base.rstrip("/")
-
-
-def page_url(base: str, run_id: int, trial_id: int) -> str:
-    """The trial's Resource Utilization page (the page's hash route, ``web/src/route.ts``)."""
-    return f"{base}/#/runs/{run_id}/resources?{urlencode({'trial': trial_id})}"
 
 
 @dataclass(frozen=True)
@@ -220,7 +206,7 @@ def _read(
             trial=info,
             metrics=numbers,
             findings=tuple(findings),
-            url=page_url(base, info.run_id, info.id),
+            url=page_link(base, info.run_id, info.id),
             complete=complete,
             step=steps,
         )

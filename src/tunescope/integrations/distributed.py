@@ -62,6 +62,7 @@ from types import TracebackType
 from typing import Any
 
 import tunescope.record as ts
+from tunescope._env import ENV_INTERVAL, ENV_RUN, ENV_STORE, ENV_TRIAL_ID, ENV_TRIAL_KEY
 from tunescope._once import Once
 from tunescope.integrations._common import LOG
 from tunescope.store import TrialSpec, project_of, redact, resolve_url
@@ -195,9 +196,9 @@ class DistributedTrial:
         Every rank must call it, in the same order as its other trials."""
         run_name, name, params, store, interval, sampler, timeout = self._args
         me, n = rank(), world_size()
-        if ts.disabled() or ts.ENV_TRIAL_KEY in os.environ or n == 1:
+        if ts.disabled() or ENV_TRIAL_KEY in os.environ or n == 1:
             # disabled (a no-op run: nothing shared), joined through the environment, or alone
-            joined = ts.ENV_TRIAL_KEY in os.environ and not ts.disabled()
+            joined = ENV_TRIAL_KEY in os.environ and not ts.disabled()
             self._run = ts.run(run_name, store=store, interval=interval, sampler=sampler)
             t = self._enter(self._run.trial(name, params=params))
             if joined and me == 0 and _other_nodes(n) and _agent_store() is not None:
@@ -271,9 +272,9 @@ class DistributedTrial:
             return self._enter(self._run.trial())
         own = resolve_url(self._args[3])
         url = own if redact(own) == got["store"] else str(got["store"])
-        names = (ts.ENV_STORE, ts.ENV_RUN, ts.ENV_TRIAL_KEY, ts.ENV_INTERVAL, ts.ENV_TRIAL_ID)
+        names = (ENV_STORE, ENV_RUN, ENV_TRIAL_KEY, ENV_INTERVAL, ENV_TRIAL_ID)
         self._env_saved = {k: os.environ.get(k) for k in names}
-        os.environ.pop(ts.ENV_TRIAL_ID, None)
+        os.environ.pop(ENV_TRIAL_ID, None)
         os.environ.update(ts.trial_env(url, str(got["run"]), str(got["key"]), got["interval"]))
         self._run = ts.run()  # joins the trial the environment now names
         t = self._enter(self._run.trial())

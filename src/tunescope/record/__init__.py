@@ -63,17 +63,19 @@ written; ``watch`` gives the iterable back); a run that records says where on st
 unless ``$TUNESCOPE_QUIET=1`` (see ``_mode``).
 """
 
-from tunescope.record._env import (
+from tunescope._env import (
     ENV_INTERVAL,
+    ENV_JOB_ID,
+    ENV_MODE,
+    ENV_QUIET,
     ENV_RUN,
     ENV_RUN_ID,
     ENV_STORE,
     ENV_TRIAL_ID,
     ENV_TRIAL_KEY,
-    process_rank,
-    trial_env,
 )
-from tunescope.record._job import ENV_JOB_ID, Job, find_job, job_key
+from tunescope.record._env import process_rank, trial_env
+from tunescope.record._job import Job, find_job, job_key
 from tunescope.record._launch import (
     MAX_RESTARTS,
     SamplerHandle,
@@ -82,7 +84,7 @@ from tunescope.record._launch import (
     own_group,
     start_sampler,
 )
-from tunescope.record._mode import ENV_MODE, ENV_QUIET, MODES, check_mode, disabled
+from tunescope.record._mode import MODES, check_mode, disabled
 from tunescope.record._run import ENTER_WAIT_S, Background, Run, current_trial, run
 from tunescope.record._trial import EXIT_WAIT_S, WAKE_MARGIN_S, Trial, error_text, jsonable
 

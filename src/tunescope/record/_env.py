@@ -22,13 +22,16 @@ import os
 import sys
 import threading
 
+from tunescope._env import (
+    ENV_INTERVAL,
+    ENV_RUN,
+    ENV_RUN_ID,
+    ENV_STORE,
+    ENV_TRIAL_ID,
+    ENV_TRIAL_KEY,
+)
+
 __all__ = [
-    "ENV_INTERVAL",
-    "ENV_RUN",
-    "ENV_RUN_ID",
-    "ENV_STORE",
-    "ENV_TRIAL_ID",
-    "ENV_TRIAL_KEY",
     "attach_key",
     "process_rank",
     "restore_env",
@@ -36,12 +39,6 @@ __all__ = [
     "trial_env",
 ]
 
-ENV_STORE = "TUNESCOPE_STORE"
-ENV_RUN = "TUNESCOPE_RUN"
-ENV_TRIAL_KEY = "TUNESCOPE_TRIAL_KEY"
-ENV_RUN_ID = "TUNESCOPE_RUN_ID"
-ENV_TRIAL_ID = "TUNESCOPE_TRIAL_ID"
-ENV_INTERVAL = "TUNESCOPE_INTERVAL"
 _NAMES = (ENV_STORE, ENV_RUN, ENV_TRIAL_KEY, ENV_RUN_ID, ENV_TRIAL_ID, ENV_INTERVAL)
 
 _lock = threading.Lock()

@@ -26,11 +26,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tunescope._env import ENV_JOB_ID
 from tunescope.errors import ConfigError
 
-__all__ = ["ENV_JOB_ID", "Job", "find_job", "job_key"]
+__all__ = ["Job", "find_job", "job_key"]
 
-ENV_JOB_ID = "TUNESCOPE_JOB_ID"
 _NODE_VARS = ("SLURM_NODEID", "NODE_RANK", "GROUP_RANK")
 
 
@@ -143,7 +143,7 @@ def find_job(
                 found = (env["SLURM_JOB_ID"] + (f".{step}" if step else ""), "SLURM_JOB_ID")
     if found is None:
         if node_rank is not None:
-            raise ConfigError("--node-rank needs a job id: give --job-id or $TUNESCOPE_JOB_ID")
+            raise ConfigError(f"--node-rank needs a job id: give --job-id or ${ENV_JOB_ID}")
         return None
     rank = node_rank
     if rank is None:

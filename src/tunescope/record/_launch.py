@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import tunescope._protocol as protocol
 from tunescope import _clock
-from tunescope.record._env import ENV_STORE
+from tunescope._env import ENV_SAMPLER_SPEC, ENV_STORE, ENV_STORE_FILE
 from tunescope.record._safety import LOG
 from tunescope.store import Batch, TrialEnd, TrialSpec, file_id
 
@@ -255,27 +255,15 @@ def start_sampler(
     this node's part of a multi-node trial and never ends it (``tunescope/_protocol.py``).
     Returns None (after one warning) if it cannot start or exits before it is ready; never
     raises. ``module`` is for tests."""
-    cmd = [
-        sys.executable,
-        "-m",
-        module,
-        "--trial-key",
-        spec.key,
-        "--pid",
-        str(pid),
-        "--interval",
-        repr(float(interval)),
-    ]
-    if gap_since is not None:
-        cmd += ["--gap-since", repr(float(gap_since))]
-    if node:
-        cmd.append(protocol.NODE)
+    cmd = protocol.sampler_command(
+        spec.key, interval, pid=pid, gap_since=gap_since, node=node, module=module
+    )
     env = dict(os.environ)
     env[ENV_STORE] = store_url
-    env[protocol.ENV_SPEC] = spec.to_json()
-    env.pop(protocol.ENV_STORE_FILE, None)
+    env[ENV_SAMPLER_SPEC] = spec.to_json()
+    env.pop(ENV_STORE_FILE, None)
     if (fid := file_id(store_url)) is not None:
-        env[protocol.ENV_STORE_FILE] = fid
+        env[ENV_STORE_FILE] = fid
     err: IO[bytes] | None = None
     try:
         err = tempfile.TemporaryFile(prefix="tunescope-sampler-")  # noqa: SIM115 (kept open)

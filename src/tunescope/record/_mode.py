@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import os
 
+from tunescope._env import ENV_MODE, ENV_QUIET
 from tunescope.errors import ConfigError
 from tunescope.record._safety import once
 
-__all__ = ["ENV_MODE", "ENV_QUIET", "MODES", "check_mode", "disabled", "quiet"]
+__all__ = ["MODES", "check_mode", "disabled", "quiet"]
 
-ENV_MODE = "TUNESCOPE_MODE"
-ENV_QUIET = "TUNESCOPE_QUIET"
 MODES = ("enabled", "disabled")
 """The values of ``$TUNESCOPE_MODE`` (unset or empty: ``enabled``)."""
 

@@ -23,14 +23,14 @@ import shlex
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
+from tunescope._env import ENV_INTERVAL, ENV_STORE
+from tunescope._names import default_run_name, page_root
 from tunescope.errors import ConfigError, StoreError, StoreUnavailable
 from tunescope.record import _state
-from tunescope.record._env import ENV_INTERVAL, ENV_STORE, attach_key
+from tunescope.record._env import attach_key
 from tunescope.record._mode import disabled, quiet
 from tunescope.record._safety import LOG, once
 from tunescope.record._trial import ENTER_WAIT_S, WAKE_MARGIN_S, Trial, rec_trial
@@ -177,7 +177,7 @@ def run(
     and how to look), unless ``$TUNESCOPE_QUIET`` is set (see ``_mode``).
     """
     if disabled():
-        run_name = str(name) if name else time.strftime("run-%Y%m%d-%H%M%S")
+        run_name = str(name) if name else default_run_name("run")
         return Run(run_name, resolve_url(store), interval=1.0, sampler=False, recording=False)
     if not (isinstance(interval, (int, float)) and math.isfinite(interval) and interval > 0):
         raise ConfigError(f"interval must be a positive number of seconds, not {interval!r}")
@@ -191,7 +191,7 @@ def run(
         )
     url = resolve_url(store)
     explicit = (store is not None and str(store) != "") or bool(os.environ.get(ENV_STORE))
-    run_name = str(name) if name is not None else time.strftime("run-%Y%m%d-%H%M%S")
+    run_name = str(name) if name is not None else default_run_name("run")
 
     def ensure() -> int:
         with open_store(url) as st:
@@ -239,11 +239,8 @@ def announce(run_name: str, url: str) -> None:
                 return
             _announced.add((url, run_name))
         shown = display(url)
-        if shown.startswith(("http://", "https://")):
-            parts = urlsplit(shown)  # the team server's page, at the root of its name
-            view = urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
-        else:
-            view = f"tunescope ui --store {shlex.quote(shown)}"
+        root = page_root(shown)  # a team server's page, at the root of its address
+        view = f"tunescope ui --store {shlex.quote(shown)}" if root is None else f"{root}/"
         sys.stderr.write(f"tunescope: recording run {run_name!r} into {shown}; view: {view}\n")
         sys.stderr.flush()
     except Exception as exc:  # a closed stderr, say: never into training

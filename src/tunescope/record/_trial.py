@@ -46,9 +46,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunescope import _clock
+from tunescope._env import ENV_TRIAL_ID
 from tunescope._protocol import OOM_CUDA
 from tunescope.record import _state
-from tunescope.record._env import ENV_TRIAL_ID, process_rank, restore_env, set_env, trial_env
+from tunescope.record._env import process_rank, restore_env, set_env, trial_env
 from tunescope.record._flush import Flusher, flush_period
 from tunescope.record._launch import Supervised
 from tunescope.record._safety import LOG, Once, guarded, once

@@ -31,14 +31,13 @@ import time
 from typing import Any
 from urllib.parse import quote
 
+from tunescope._env import ENV_CA_BUNDLE, ENV_TOKEN
 from tunescope.errors import AccessDenied, ConfigError, Rejected, StoreError, StoreUnavailable
 from tunescope.store._url import http_target
 from tunescope.store.wire import PROJECT_HEADER, error_of, loads
 
-__all__ = ["CA_ENV", "IDLE_REUSE_S", "INGEST_PATH", "TIMEOUT_S", "TOKEN_ENV", "Client"]
+__all__ = ["IDLE_REUSE_S", "INGEST_PATH", "TIMEOUT_S", "Client"]
 
-TOKEN_ENV = "TUNESCOPE_TOKEN"
-CA_ENV = "TUNESCOPE_CA_BUNDLE"
 TIMEOUT_S = 15.0
 """Longest a request waits for the server before it raises StoreUnavailable."""
 
@@ -60,9 +59,9 @@ class Client:
         self.url = url
         self.project = project
         self.timeout = TIMEOUT_S if timeout is None else float(timeout)
-        token = os.environ.get(TOKEN_ENV, "").strip()
+        token = os.environ.get(ENV_TOKEN, "").strip()
         if token and not (token.isascii() and token.isprintable()):
-            raise ConfigError(f"${TOKEN_ENV} is not a token (tokens are printable ASCII)")
+            raise ConfigError(f"${ENV_TOKEN} is not a token (tokens are printable ASCII)")
         self._headers = {
             "Content-Type": "application/json",
             "Accept-Encoding": "gzip",
@@ -119,7 +118,7 @@ class Client:
             except ssl.SSLCertVerificationError as exc:
                 raise AccessDenied(
                     f"cannot verify the certificate of {self.url}: {exc.verify_message}; "
-                    f"${CA_ENV} may name a file of the CAs to trust"
+                    f"${ENV_CA_BUNDLE} may name a file of the CAs to trust"
                 ) from None
             except (OSError, http.client.HTTPException) as exc:
                 raise StoreUnavailable(f"cannot reach {self.url}: {_why(exc)}") from None
@@ -174,15 +173,15 @@ class Client:
         if code == "unauthorized" or (not code and status == 401):
             if not self._has_token:
                 return AccessDenied(
-                    f"{self.url} needs a token: set ${TOKEN_ENV} to a token of project "
+                    f"{self.url} needs a token: set ${ENV_TOKEN} to a token of project "
                     f"{self.project!r} (tunescope token create)"
                 )
             return AccessDenied(
-                f"{self.url} refused the token in ${TOKEN_ENV}: {message or 'unauthorized'}"
+                f"{self.url} refused the token in ${ENV_TOKEN}: {message or 'unauthorized'}"
             )
         if code == "forbidden" or (not code and status == 403):
             return AccessDenied(
-                f"{self.url} refused the token in ${TOKEN_ENV}: {message or 'forbidden'}"
+                f"{self.url} refused the token in ${ENV_TOKEN}: {message or 'forbidden'}"
             )
         what = f"{self.url} answered HTTP {status}" + (f" ({code})" if code else "")
         if path == INGEST_PATH and status in (400, 409, 413, 422):
@@ -203,11 +202,13 @@ class Client:
 
 def _ssl_context() -> ssl.SSLContext:
     """The system's trust store, or the CAs in $TUNESCOPE_CA_BUNDLE."""
-    bundle = os.environ.get(CA_ENV) or None
+    bundle = os.environ.get(ENV_CA_BUNDLE) or None
     try:
         return ssl.create_default_context(cafile=bundle)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"${CA_ENV} {bundle!r} is not a file of CA certificates: {exc}") from None
+        raise ConfigError(
+            f"${ENV_CA_BUNDLE} {bundle!r} is not a file of CA certificates: {exc}"
+        ) from None
 
 
 def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from tunescope._env import ENV_PROJECT
 from tunescope.errors import ConfigError
 from tunescope.store._contract import Store
 from tunescope.store._url import check_url, parse, redact
@@ -38,7 +39,7 @@ def open_store(
     """
     target = check_url(url)
     scheme, rest = parse(target)
-    project = project or os.environ.get("TUNESCOPE_PROJECT") or "default"
+    project = project or os.environ.get(ENV_PROJECT) or "default"
     if scheme in ("http", "https"):
         from tunescope.store._http import HttpStore
 

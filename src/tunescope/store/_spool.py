@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
+from tunescope._env import ENV_SPOOL
 from tunescope.errors import AccessDenied, Conflict, CorruptData, Rejected, StoreUnavailable
 from tunescope.store._batch import Batch
 from tunescope.store._url import redact
 
 __all__ = [
-    "ENV_SPOOL",
     "FSYNC_EVERY_S",
     "REFUSED_NOTE",
     "Frame",
@@ -69,7 +69,6 @@ __all__ = [
     "spool_root",
 ]
 
-ENV_SPOOL = "TUNESCOPE_SPOOL"
 REFUSED_NOTE = "token-refused.txt"
 """Left in a store's spool folder while its server refuses the writers' token: one line, the
 refusal."""

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tunescope._env import ENV_PROJECT, ENV_STORE, ENV_TOKEN
 from tunescope.errors import ConfigError
 
 __all__ = [
@@ -42,7 +43,7 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     """The store URL to use: ``url`` if given, else $TUNESCOPE_STORE, else ./tunescope.db."""
     if url is not None and str(url) != "":
         return str(url)
-    return os.environ.get("TUNESCOPE_STORE") or DEFAULT_STORE
+    return os.environ.get(ENV_STORE) or DEFAULT_STORE
 
 
 def parse(target: str) -> tuple[str, str]:
@@ -103,7 +104,7 @@ def http_target(url: str) -> tuple[bool, str, int, str]:
         raise ConfigError(f"bad store URL {shown!r}: {exc}; {form}") from None
     if parts.username is not None or parts.password is not None:
         raise ConfigError(
-            f"store URL {shown!r} carries credentials: put the token in $TUNESCOPE_TOKEN, "
+            f"store URL {shown!r} carries credentials: put the token in ${ENV_TOKEN}, "
             "never in the URL"
         )
     if not parts.hostname:
@@ -160,7 +161,7 @@ def project_of(url: str) -> str:
         name = path.split("/", 1)[0].split("?", 1)[0]
         if name:
             return name
-    return os.environ.get("TUNESCOPE_PROJECT") or "default"
+    return os.environ.get(ENV_PROJECT) or "default"
 
 
 def os_user() -> str:

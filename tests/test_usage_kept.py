@@ -26,6 +26,7 @@ from tunescope.analyze import FindingSettings, Usage, usage_of
 from tunescope.analyze._rightsize import GPU_CATALOG
 from tunescope.analyze._usage import held_span
 from tunescope.analyze._usage_kept import usage_digest
+from tunescope.errors import ConfigError
 from tunescope.store import (
     Batch,
     Event,
@@ -393,3 +394,12 @@ def test_the_page_reads_the_same_wasted_trials_from_kept_usage(kept_db: str) -> 
         t.longest_stretch() for t in want.most_wasted(10)
     ]
     assert any(t.longest_stretch() is not None for t in got.most_wasted(10))
+
+
+def test_a_query_refused_for_a_price_keeps_nothing(tmp_path: Path) -> None:
+    t0 = 13_000_000.0
+    with closing(open_store(str(tmp_path / "s.db"))) as s:
+        tid, _ = _ended(s, [("gpu.util", "0", t0 + i, 50.0) for i in range(1, 61)], t0, t0 + 60)
+        with pytest.raises(ConfigError, match="names no GPU model"):
+            _one(s, t0, t0 + 100, prices={"no-such-gpu": 1.0})
+        assert s.kept_usage([tid], DIGEST)[tid] == (_gen(s, tid), None)  # type: ignore[attr-defined]

@@ -184,15 +184,13 @@ def usage_of(
         gen, text = found.get(t.id, (None, None))
         u = None if text is None else decode_usage(text, t, run, now)
         if u is None:
-            if gen is not None:  # read again after its generation: all the figures rest on
+            if gen is not None:  # what is kept must rest on nothing read before its generation
                 t = store.get_trial(t.id)
             u = trial_usage(store, t, run, since, until, s, now=now, catalog=catalog)
             if gen is not None and u is not None and _keepable(t, since, until, now):
                 fresh.append((gen, u))
         if u is not None:
             trials.append(u)
-    if fresh:
-        _keep(store, fresh, digest)
     known = {g.model for u in trials for g in u.gpus} | {c.key for c in catalog}
     for k in prices:
         if k not in known:
@@ -200,6 +198,8 @@ def usage_of(
                 f"--price {k!r} names no GPU model of this store and no catalog GPU "
                 f"({', '.join(sorted(known))})"
             )
+    if fresh:  # a query refused for its input writes nothing
+        _keep(store, fresh, digest)
     rows = group_rows((sl for u in trials for sl in u.slices), by, prices)
     return Usage(since, until, tuple(by), tuple(rows), tuple(trials))
 

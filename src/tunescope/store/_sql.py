@@ -1223,8 +1223,7 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, KeptUsageMixin, Store, abc
                     self._write_chunks(cur, sid, ts, vs)
                     self._q(cur, "DELETE FROM pending WHERE series_id = ?", (sid,))
                     packed.append(sid)
-            # packed samples are read in other buckets once a series is longer than a usage
-            # read takes whole
+            # a long series is read in buckets of its chunks' summaries: packing moves them
             self._touch_series(cur, packed)
 
     def _pending_in(self, cur: Any, sid: int, start: float, end: float) -> tuple[F64, F64]:

@@ -210,6 +210,7 @@ def test_a_store_written_before_rollups_migrates_and_rolls_up_before_dropping(
     until ``drop_raw`` rolls the series up, and nothing is dropped before."""
     monkeypatch.setattr(_sql, "SCHEMA_VERSION", 8)
     monkeypatch.setattr(_sql.SQLStore, "_roll_up", lambda *a: None)
+    monkeypatch.setattr(_sql.SQLStore, "_touch", lambda *a: None)  # no data generations yet
     n = 3 * 3600
     ts = T0 + np.arange(n, dtype=np.float64)
     vs = np.random.default_rng(3).uniform(0, 100, n).astype(np.float32).astype(np.float64)

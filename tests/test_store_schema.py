@@ -16,7 +16,17 @@ import numpy as np
 import pytest
 
 from tunescope.errors import ConfigError, SchemaError, StoreError
-from tunescope.store import Batch, Event, Scalar, _sql, check_url, open_store, resolve_url
+from tunescope.store import (
+    Batch,
+    Event,
+    Scalar,
+    TrialEnd,
+    TrialSpec,
+    _sql,
+    check_url,
+    open_store,
+    resolve_url,
+)
 from tunescope.store._schema import SCHEMA_VERSION
 
 DATA = Path(__file__).parent / "data"
@@ -314,3 +324,41 @@ def test_a_window_of_one_event_kind_reads_that_kind_by_index(tmp_path: Path) -> 
             where, args = s._event_where(cur, t.id, 100.0, 600.0, ["sampler_gap"])
             plan = s._q(cur, f"EXPLAIN QUERY PLAN SELECT * FROM events WHERE {where}", args)
             assert "events_by_kind" in " ".join(str(r) for r in plan.fetchall())
+
+
+def test_a_version_9_database_keeps_its_ended_trials_usage_once_migrated(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 10 adds each trial's data generation and the usage kept per ended trial: a
+    trial written by version 9 opens at generation 0 with nothing kept, its usage is computed
+    as before and kept, and a write afterwards (a late batch) raises its generation, so the
+    kept figures are not answered again."""
+    from tunescope.analyze import GPU_CATALOG, FindingSettings, usage_of
+    from tunescope.analyze._usage_kept import usage_digest
+
+    t0 = 1_000_000.0
+    monkeypatch.setattr(_sql, "SCHEMA_VERSION", 9)
+    monkeypatch.setattr(_sql.SQLStore, "_touch", lambda *a: None)  # version 9 had no generation
+    key = "key-v9"
+    with closing(open_store(store_url)) as old:
+        assert isinstance(old, _sql.SQLStore) and old.schema_version() == 9
+        util = tuple(("gpu.util", "0", None, t0 + i, 40.0) for i in range(1, 101))
+        spec = TrialSpec(key=key, run="r", start=t0, interval=1.0, host="h")
+        old.write(
+            Batch(key, spec=spec, samples=util, host="h", end=TrialEnd("completed", t0 + 100))
+        )
+        old.compact()
+        with old._tx() as cur:
+            assert "kept_usage" not in old._table_names(cur)
+    monkeypatch.undo()
+    digest = usage_digest(FindingSettings(), GPU_CATALOG)
+    with closing(open_store(store_url)) as s:
+        assert isinstance(s, _sql.SQLStore) and s.schema_version() == SCHEMA_VERSION
+        tid = s.trial_by_key(key).id
+        assert s.kept_usage([tid], digest) == {tid: (0, None)}
+        (row,) = usage_of(s, t0, t0 + 200, [], now=t0 + 1000).rows
+        assert (row.gpu_held_s, row.gpu_busy_s) == (100.0, pytest.approx(40.0))
+        gen, text = s.kept_usage([tid], digest)[tid]
+        assert gen == 0 and text is not None
+        s.write(Batch(key, samples=(("gpu.util", "0", None, t0 + 100.5, 40.0),), host="h"))
+        assert s.kept_usage([tid], digest) == {tid: (1, None)}

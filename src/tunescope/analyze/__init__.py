@@ -67,15 +67,8 @@ from tunescope.analyze._summary import (
     trial_end,
 )
 from tunescope.analyze._text import elapsed, printable, value
-from tunescope.analyze._usage import (
-    GROUPINGS,
-    TrialUsage,
-    Usage,
-    UsageRow,
-    check_query,
-    group_rows,
-    usage_of,
-)
+from tunescope.analyze._usage import GROUPINGS, TrialUsage
+from tunescope.analyze._usage_query import Usage, UsageRow, check_query, group_rows, usage_of
 
 __all__ = [
     "GPU_CATALOG",

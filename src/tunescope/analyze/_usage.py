@@ -37,6 +37,9 @@ Definitions (docs/usage.md says the same for people):
 A series longer than :data:`MAX_POINTS` samples is read as that many buckets of
 ``Store.window`` (count, mean and max of each: the store's summaries), so the cost of a
 trial is bounded whatever its length; a bucket counts as idle when its highest sample is.
+
+This module computes one trial's figures (:func:`trial_usage`); :mod:`._usage_query` sums
+them across trials, and :mod:`._usage_kept` keeps an ended trial's in its store.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,7 +56,6 @@ import numpy.typing as npt
 from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType, match_gpu
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._summary import trial_end
-from tunescope.errors import ConfigError
 from tunescope.store import RunInfo, SeriesInfo, Store, TrialInfo
 
 __all__ = [
@@ -61,23 +63,22 @@ __all__ = [
     "GAP_INTERVALS",
     "GROUPINGS",
     "MAX_POINTS",
+    "CpuDay",
     "CpuUse",
+    "Day",
+    "GpuDay",
     "GpuUse",
     "Points",
     "Slice",
     "TrialUsage",
-    "Usage",
-    "UsageRow",
     "attributed_gpus",
-    "check_query",
-    "group_rows",
     "held_gpu_seconds",
     "held_span",
     "idle_stretches",
     "read_points",
     "series_peak",
     "trial_usage",
-    "usage_of",
+    "usage_from_days",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -161,27 +162,34 @@ def idle_stretches(
 
 @dataclass(frozen=True)
 class GpuUse:
-    """One GPU a trial held: where, which model, its busy measure and the points of it, its
-    idle stretches, and its memory share points (None without ``gpu.mem`` and its total)."""
+    """One GPU a trial held: where, which model, its busy measure, its idle stretches over
+    the trial, and its highest ``gpu.mem`` sample (None without one)."""
 
     host: str
     device: str
     model: str
     catalog_key: str | None
     busy_by: str | None
-    busy: Points | None
     stretches: tuple[tuple[float, float], ...]
-    mem_share: Points | None
     mem_peak_bytes: float | None
 
 
 @dataclass(frozen=True)
 class CpuUse:
-    """One host's CPU of a trial: the cores it may use and its utilization points."""
+    """One host's CPU of a trial: the cores it may use."""
 
     host: str
     cores: float
-    util: Points
+
+
+GpuDay = tuple[float, float, float, float, float | None]
+"""What one GPU used in one day: busy and idle seconds, the memory share's time weight, its
+weighted sum and its peak (None: no memory share sample in the day)."""
+CpuDay = tuple[float]
+"""What one host's CPU used in one day: core-seconds."""
+Day = tuple[tuple[GpuDay, ...], tuple[CpuDay, ...]]
+"""What a trial's GPUs and CPUs (in their order) used in one UTC day of the asked window: the
+figures of its slices that do not follow from the day's length and the cores."""
 
 
 @dataclass
@@ -312,7 +320,9 @@ def trial_usage(
     series = store.list_series(trial.id)
     named = {(s.metric, s.host, s.device): s for s in series}
     cpu_series = {s.host: s for s in series if s.metric == "cpu.util"}
-    gpus = []
+    gpus: list[GpuUse] = []
+    busy_points: list[Points | None] = []
+    mem_points: list[Points | None] = []
     for (host, device), ms in attributed_gpus(series).items():
         busy_by = next((m for m in BUSY_METRICS if m in ms), None)
         busy = None if busy_by is None else read_points(store, ms[busy_by], iv)
@@ -338,43 +348,73 @@ def trial_usage(
                 or (known.label if known is not None else "unknown"),
                 catalog_key=None if known is None else known.key,
                 busy_by=None if busy_by is None else busy_by.removeprefix("gpu."),
-                busy=busy,
                 stretches=tuple(stretches),
-                mem_share=mem_share,
                 mem_peak_bytes=mem_peak,
             )
         )
-    cpus = []
+        busy_points.append(busy)
+        mem_points.append(mem_share)
+    cpus: list[CpuUse] = []
+    util_points: list[Points] = []
     for host, s in sorted(cpu_series.items()):
         cores = series_peak(store, named.get(("cpu.capacity", host, None)))
         util = read_points(store, s, iv)
         if cores is not None and cores > 0 and util is not None:
-            cpus.append(CpuUse(host, cores, util))
-    slices = _slices(trial, run, gpus, cpus, lo, hi)
-    g = [s for s in slices if s.gpu]
-    return TrialUsage(
-        trial=trial,
-        run=run,
-        gpus=tuple(gpus),
-        cpus=tuple(cpus),
-        slices=tuple(slices),
-        held_s=sum(s.held_s for s in g),
-        busy_s=sum(s.busy_s for s in g),
-        idle_s=sum(s.idle_s for s in g),
-    )
+            cpus.append(CpuUse(host, cores))
+            util_points.append(util)
+    days = [
+        _day(gpus, busy_points, mem_points, cpus, util_points, d0, d1) for d0, d1 in _days(lo, hi)
+    ]
+    return usage_from_days(trial, run, tuple(gpus), tuple(cpus), days, lo, hi)
 
 
-def _slices(
+def _day(
+    gpus: Sequence[GpuUse],
+    busy_points: Sequence[Points | None],
+    mem_points: Sequence[Points | None],
+    cpus: Sequence[CpuUse],
+    util_points: Sequence[Points],
+    d0: float,
+    d1: float,
+) -> Day:
+    """What the trial's GPUs and CPUs used in (d0, d1], one day's part of the window."""
+    gf: list[GpuDay] = []
+    for g, busy, mem in zip(gpus, busy_points, mem_points, strict=True):
+        busy_s = 0.0
+        if busy is not None:
+            busy_s = float((np.clip(busy.mean, 0.0, 100.0) / 100.0 * busy.overlap(d0, d1)).sum())
+        idle_s = sum(max(0.0, min(b, d1) - max(a, d0)) for a, b in g.stretches)
+        mem_w = mem_sum = 0.0
+        mem_peak = None
+        if mem is not None:
+            w = mem.overlap(d0, d1)
+            mem_w = float(w.sum())
+            mem_sum = float((mem.mean * w).sum())
+            inside = w > 0
+            if inside.any():
+                mem_peak = float(mem.top[inside].max())
+        gf.append((busy_s, idle_s, mem_w, mem_sum, mem_peak))
+    cf: list[CpuDay] = []
+    for c, util in zip(cpus, util_points, strict=True):
+        cf.append((float((util.mean / 100.0 * c.cores * util.overlap(d0, d1)).sum()),))
+    return tuple(gf), tuple(cf)
+
+
+def usage_from_days(
     trial: TrialInfo,
     run: RunInfo,
-    gpus: Sequence[GpuUse],
-    cpus: Sequence[CpuUse],
+    gpus: tuple[GpuUse, ...],
+    cpus: tuple[CpuUse, ...],
+    days: Sequence[Day],
     lo: float,
     hi: float,
-) -> list[Slice]:
-    out: list[Slice] = []
+) -> TrialUsage:
+    """A trial's usage within [lo, hi] (inside its held span) from what its GPUs and CPUs
+    used in each UTC day of it (:func:`trial_usage` measures them; kept usage stores them):
+    its slices, keyed by the run, the day and the device, and its totals."""
+    slices: list[Slice] = []
     first_model = gpus[0].model if gpus else None
-    for d0, d1 in _days(lo, hi):
+    for (d0, d1), (gf, cf) in zip(_days(lo, hi), days, strict=True):
         day, week = _day_keys(d0)
 
         def keys(host: str, model: str | None, day: str = day, week: str = week) -> dict[str, Any]:
@@ -388,197 +428,44 @@ def _slices(
                 "week": week,
             }
 
-        for g in gpus:
-            s = Slice(
-                keys(g.host, g.model),
-                trial.id,
-                trial.state,
-                True,
-                busy_by=g.busy_by,
-                catalog_key=g.catalog_key,
-            )
-            s.held_s = d1 - d0
-            if g.busy is not None:
-                s.busy_s = float(
-                    (np.clip(g.busy.mean, 0.0, 100.0) / 100.0 * g.busy.overlap(d0, d1)).sum()
+        for g, (busy_s, idle_s, mem_w, mem_sum, mem_peak) in zip(gpus, gf, strict=True):
+            slices.append(
+                Slice(
+                    keys(g.host, g.model),
+                    trial.id,
+                    trial.state,
+                    True,
+                    busy_by=g.busy_by,
+                    catalog_key=g.catalog_key,
+                    held_s=d1 - d0,
+                    busy_s=busy_s,
+                    idle_s=idle_s,
+                    mem_w=mem_w,
+                    mem_sum=mem_sum,
+                    mem_peak=mem_peak,
                 )
-            s.idle_s = sum(max(0.0, min(b, d1) - max(a, d0)) for a, b in g.stretches)
-            if g.mem_share is not None:
-                w = g.mem_share.overlap(d0, d1)
-                s.mem_w = float(w.sum())
-                s.mem_sum = float((g.mem_share.mean * w).sum())
-                inside = w > 0
-                if inside.any():
-                    s.mem_peak = float(g.mem_share.top[inside].max())
-            out.append(s)
-        for c in cpus:
-            s = Slice(keys(c.host, first_model), trial.id, trial.state, False)
-            w = c.util.overlap(d0, d1)
-            s.cpu_core_s = float((c.util.mean / 100.0 * c.cores * w).sum())
-            s.cpu_quota_core_s = c.cores * (d1 - d0)
-            out.append(s)
+            )
+        for c, (core_s,) in zip(cpus, cf, strict=True):
+            slices.append(
+                Slice(
+                    keys(c.host, first_model),
+                    trial.id,
+                    trial.state,
+                    False,
+                    cpu_core_s=core_s,
+                    cpu_quota_core_s=c.cores * (d1 - d0),
+                )
+            )
         if not gpus and not cpus:  # counted among the trials all the same
-            out.append(Slice(keys(trial.host, None), trial.id, trial.state, False))
-    return out
-
-
-@dataclass(frozen=True)
-class UsageRow:
-    """One group's figures (see the module doc); seconds, shares in %, USD."""
-
-    keys: dict[str, str | None]
-    gpu_held_s: float
-    gpu_busy_s: float
-    gpu_idle_s: float
-    busy_by: str | None
-    mem_peak_pct: float | None
-    mem_mean_pct: float | None
-    cpu_core_s: float
-    cpu_quota_core_s: float
-    trials: int
-    failed_gpu_s: float
-    pruned_gpu_s: float
-    failed_pruned_pct: float | None
-    cost_usd: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.keys)
-        out.update(
-            {k: v for k, v in self.__dict__.items() if k != "keys"},
-        )
-        return out
-
-
-@dataclass(frozen=True)
-class Usage:
-    """The answer of :func:`usage_of`: rows per group (sorted by their keys) and every
-    trial's usage (for the most wasteful trials and the daily chart)."""
-
-    since: float
-    until: float
-    by: tuple[str, ...]
-    rows: tuple[UsageRow, ...]
-    trials: tuple[TrialUsage, ...] = field(default=())
-
-    def most_wasted(self, n: int = 10) -> list[TrialUsage]:
-        """The ``n`` trials with the most held-but-not-busy GPU-seconds, most first."""
-        held = [t for t in self.trials if t.held_s > 0]
-        return sorted(held, key=lambda t: (-t.wasted_s, t.trial.id))[:n]
-
-
-def _price_of(g_model: str | None, key: str | None, prices: Mapping[str, float]) -> float | None:
-    if g_model is not None and g_model in prices:
-        return prices[g_model]
-    if key is not None and key in prices:
-        return prices[key]
-    return None
-
-
-def group_rows(
-    slices: Iterable[Slice], by: Sequence[str], prices: Mapping[str, float]
-) -> list[UsageRow]:
-    """Sum slices into one row per distinct value of the ``by`` keys (every slice in one
-    row when ``by`` is empty), sorted by those values (None first)."""
-    groups: dict[tuple[str | None, ...], list[Slice]] = {}
-    for s in slices:
-        groups.setdefault(tuple(s.keys[k] for k in by), []).append(s)
-    rows = []
-    for key in sorted(groups, key=lambda k: tuple((v is not None, v or "") for v in k)):
-        ss = groups[key]
-        g = [s for s in ss if s.gpu]
-        held = sum(s.held_s for s in g)
-        mem_w = sum(s.mem_w for s in g)
-        peaks = [s.mem_peak for s in g if s.mem_peak is not None]
-        failed = sum(s.held_s for s in g if s.state == "failed")
-        pruned = sum(s.held_s for s in g if s.state == "pruned")
-        quota = sum(s.cpu_quota_core_s for s in ss)
-        base, lost = held, failed + pruned
-        if held == 0:
-            base = quota
-            lost = sum(s.cpu_quota_core_s for s in ss if s.state in ("failed", "pruned"))
-        priced = [
-            (s.held_s, p)
-            for s in g
-            if (p := _price_of(s.keys["gpu_model"], s.catalog_key, prices)) is not None
-        ]
-        kinds = sorted({s.busy_by for s in g if s.busy_by is not None})
-        rows.append(
-            UsageRow(
-                keys=dict(zip(by, key, strict=True)),
-                gpu_held_s=held,
-                gpu_busy_s=sum(s.busy_s for s in g),
-                gpu_idle_s=sum(s.idle_s for s in g),
-                busy_by="+".join(kinds) if kinds else None,
-                mem_peak_pct=100.0 * max(peaks) if peaks else None,
-                mem_mean_pct=100.0 * sum(s.mem_sum for s in g) / mem_w if mem_w > 0 else None,
-                cpu_core_s=sum(s.cpu_core_s for s in ss),
-                cpu_quota_core_s=quota,
-                trials=len({s.trial_id for s in ss}),
-                failed_gpu_s=failed,
-                pruned_gpu_s=pruned,
-                failed_pruned_pct=100.0 * lost / base if base > 0 else None,
-                cost_usd=sum(h / 3600.0 * p for h, p in priced) if priced else None,
-            )
-        )
-    return rows
-
-
-def check_query(
-    since: float, until: float, by: Sequence[str], prices: Mapping[str, float] | None
-) -> dict[str, float]:
-    """The prices as a dict, once the query is known good; ConfigError (one line) for an
-    unknown or repeated grouping, ``until`` not after ``since``, or a negative or non-finite
-    price. Nothing is read: callers check before they open a store."""
-    for b in by:
-        if b not in GROUPINGS:
-            raise ConfigError(f"unknown grouping {b!r}: use {', '.join(GROUPINGS)}")
-    if len(set(by)) != len(by):
-        raise ConfigError(f"a grouping is given twice: {', '.join(by)}")
-    if not until > since:
-        raise ConfigError("the window's end (--until) must be after its start (--since)")
-    out = dict(prices or {})
-    for k, p in out.items():
-        if not math.isfinite(p) or p < 0:
-            raise ConfigError(f"price of {k} must be a number >= 0 (USD per GPU-hour), not {p:g}")
-    return out
-
-
-def usage_of(
-    store: Store,
-    since: float,
-    until: float,
-    by: Sequence[str],
-    *,
-    prices: Mapping[str, float] | None = None,
-    settings: FindingSettings | None = None,
-    now: float,
-    catalog: tuple[GpuType, ...] = GPU_CATALOG,
-    projects: Sequence[str] | None = None,
-) -> Usage:
-    """The usage of ``projects`` (default: the store's, ``store.project``; a team server's:
-    its token's) within [since, until], grouped ``by`` (names of :data:`GROUPINGS`): the
-    checks of
-    :func:`check_query`, then ConfigError for a price of a GPU that is neither a model the
-    store recorded nor a catalog key."""
-    prices = check_query(since, until, by, prices)
-    s = settings if settings is not None else FindingSettings()
-    trials = []
-    runs = [r for p in projects or [store.project] for r in store.list_runs(project=p)]
-    for run in sorted(runs, key=lambda r: r.id):
-        if run.start > until:
-            continue
-        for t in store.list_trials(run.id):
-            if t.start >= until:
-                continue
-            u = trial_usage(store, t, run, since, until, s, now=now, catalog=catalog)
-            if u is not None:
-                trials.append(u)
-    known = {g.model for u in trials for g in u.gpus} | {c.key for c in catalog}
-    for k in prices:
-        if k not in known:
-            raise ConfigError(
-                f"--price {k!r} names no GPU model of this store and no catalog GPU "
-                f"({', '.join(sorted(known))})"
-            )
-    rows = group_rows((sl for u in trials for sl in u.slices), by, prices)
-    return Usage(since, until, tuple(by), tuple(rows), tuple(trials))
+            slices.append(Slice(keys(trial.host, None), trial.id, trial.state, False))
+    held = [s for s in slices if s.gpu]
+    return TrialUsage(
+        trial=trial,
+        run=run,
+        gpus=gpus,
+        cpus=cpus,
+        slices=tuple(slices),
+        held_s=sum(s.held_s for s in held),
+        busy_s=sum(s.busy_s for s in held),
+        idle_s=sum(s.idle_s for s in held),
+    )

@@ -258,6 +258,13 @@ class PooledStore(Store):
     def raw_from(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("raw_from", *args, **kwargs)
 
+    # usage kept per ended trial (SQL stores; see _kept_usage.py)
+    def kept_usage(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("kept_usage", *args, **kwargs)
+
+    def keep_usage(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("keep_usage", *args, **kwargs)
+
     # derived queries: one member for the whole query
     def read_samples(
         self, series_id: int, start: float = -np.inf, end: float = np.inf

@@ -54,6 +54,7 @@ class RollupsMixin:
     dialect: Any
     _decode_chunks: Any
     _note_corrupt: Any
+    _touch_series: Any
 
     def _roll_up(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
         """Add samples (sorted by time, packed for the first time) to the series' rollups."""
@@ -126,6 +127,7 @@ class RollupsMixin:
                 self._note_corrupt(sid, bad)
                 self._roll_up(cur, sid, t, v)
             self._q(cur, "UPDATE series SET rolled = 1 WHERE id = ?", (sid,))
+            self._touch_series(cur, [sid])  # windows read the rollups from now on
         return True
 
     def _decode_chunks_in(self, cur: Any, rows: list[Any]) -> tuple[F64, F64, list[Any]]:
@@ -207,6 +209,7 @@ class RollupsMixin:
                 (cutoff, cutoff, sid),
             )
             self._q(cur, "DELETE FROM chunks WHERE series_id = ? AND t_last < ?", (sid, cutoff))
+            self._touch_series(cur, [sid])  # what was raw is read from the rollups now
         return int(c), int(n), int(b)
 
     @retrying

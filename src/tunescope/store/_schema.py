@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
@@ -195,6 +195,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         for dialect in ("sqlite", "postgresql")
     },
+    # 10 (issue 20, usage over a year in seconds): each trial's data generation, raised by
+    #    every write of what its usage is read from, and the usage of ended trials as computed
+    #    once (JSON, under a digest of what the figures depend on), answered while the trial
+    #    is at the generation it was computed at (see store/_kept_usage.py)
+    (
+        "ALTER TABLE trials ADD COLUMN data_gen BIGINT NOT NULL DEFAULT 0",
+        """CREATE TABLE kept_usage (
+            trial_id BIGINT PRIMARY KEY REFERENCES trials(id), digest TEXT NOT NULL,
+            data_gen BIGINT NOT NULL, t {real} NOT NULL, data TEXT NOT NULL)""",
+    ),
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -51,6 +51,7 @@ from tunescope.store._codec import (
 )
 from tunescope.store._contract import CHUNK_SAMPLES, Store
 from tunescope.store._heal import Lost, retrying
+from tunescope.store._kept_usage import KeptUsageMixin
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
 from tunescope.store._pages import EVENT_COLS, PagesMixin, event_from_row, scalar_from_row
 from tunescope.store._pages import json_or as _loads
@@ -138,7 +139,7 @@ class Dialect:
         return stmt.format(id=self.id_type, blob=self.blob_type, real=self.real_type)
 
 
-class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
+class SQLStore(TokensMixin, PagesMixin, RollupsMixin, KeptUsageMixin, Store, abc.ABC):
     """A store over a DB-API connection. Subclasses open connections (:meth:`_connect`),
     translate driver errors (:meth:`_translate`), recognise a lost connection
     (:meth:`_is_lost`), begin transactions and list tables."""
@@ -690,6 +691,8 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
             ).rowcount
             if n == 0 and not only_if_running:
                 raise NotFound(f"no trial with id {trial_id} in {self.url}")
+            if n:
+                self._touch(cur, [_sql_int(trial_id)])
         return bool(n)
 
     @retrying
@@ -741,6 +744,7 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
             for metric, device, _note, t, v in batch.samples:
                 by_series[ids[(metric, device or "")]].append((t, v))
             self._append(cur, by_series)
+            self._touch(cur, [tid])  # a batch after the end too: its kept usage is stale
             try:
                 self._insert_events(cur, tid, batch.events)
             except (TypeError, ValueError) as exc:
@@ -980,6 +984,7 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
                     raise NotFound(f"no trial with id {trial_id} in {self.url}")
                 host = str(row[0])
             sid = self._series_in(cur, tid, host, metric, device, note)
+            self._touch(cur, [tid])  # a GPU's series makes it held
             row = self._q(cur, f"SELECT {_SERIES_COLS} FROM series WHERE id = ?", (sid,)).fetchone()
         return _series_from(row)
 
@@ -1023,6 +1028,7 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
             return 0
         with self._lock, self._tx(write=True) as cur:
             self._append(cur, by_series)
+            self._touch_series(cur, sorted(by_series))
             self._written.update(by_series)
         return count
 
@@ -1207,6 +1213,7 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
                 ]
             else:
                 sids = [_sql_int(series_id)]
+            packed = []
             for sid in sorted(sids):
                 # the series row is locked first, as appends lock it: a sample another writer
                 # appends meanwhile is either read here or waits for the commit
@@ -1215,6 +1222,9 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, Store, abc.ABC):
                 if len(ts):
                     self._write_chunks(cur, sid, ts, vs)
                     self._q(cur, "DELETE FROM pending WHERE series_id = ?", (sid,))
+                    packed.append(sid)
+            # a long series is read in buckets of its chunks' summaries: packing moves them
+            self._touch_series(cur, packed)
 
     def _pending_in(self, cur: Any, sid: int, start: float, end: float) -> tuple[F64, F64]:
         args: list[Any] = [sid]

@@ -4,9 +4,10 @@ routes (``server/_store_api.py``) exchange, written once for both sides.
 * **Bodies** are JSON (``application/json``); a batch sent to ``/api/v1/ingest`` is gzip-
   compressed (``Content-Encoding: gzip``), and answers are when the client accepts gzip.
   Floats are written as Python writes them (``repr``), so every float round-trips exactly;
-  the calls' bodies and answers may hold ``NaN``, ``Infinity`` and ``-Infinity`` (an open
-  window: ``read_samples(start=-inf)``), as Python's json reads and writes them. Batches
-  hold finite numbers only (:meth:`Batch.to_json`).
+  ``Infinity`` and ``-Infinity``, as Python's json reads and writes them, are a call's
+  argument only as the bounds of a read (an open window: ``read_samples(start=-inf)``),
+  ``NaN`` never; answers may hold all three. Batches hold finite numbers only
+  (:meth:`Batch.to_json`).
 * **Records** (:class:`RunInfo`, :class:`TrialInfo`, :class:`Window`…) are objects of their
   fields, rebuilt exactly (tuples as tuples); numpy arrays are lists of floats; chunk bytes are
   base64 strings.

@@ -76,7 +76,7 @@ CHECK_EXTRAS := dev,server,prometheus,otel,postgres,gpu,pandas
 CHECK_MARKS  := not ml and not slow and not browser and not faults and not postgres
 CHECK_TESTS  := $(addprefix tests/test_,$(addsuffix .py,imports docs exported_members \
 	api_docs api_errors api_findings kept store_schema store_damage store_writer \
-	store_projects findings_rules findings_model cli_format record_watch))
+	store_projects store_contract_agrees findings_rules findings_model cli_format record_watch))
 
 .PHONY: check clean-check
 clean: clean-check

@@ -23,9 +23,9 @@ from hypothesis.errors import Unsatisfiable
 
 from test_api_auth import fill
 from tunescope.server import create_app, release_store
-from tunescope.server._store_methods import _REQUIRED, METHODS
 from tunescope.store import open_store
 from tunescope.store._sql import SQLStore
+from tunescope.store.wire import CALLS, REQUIRED
 
 schemathesis = pytest.importorskip("schemathesis")  # the dev extra
 
@@ -93,8 +93,8 @@ def _arguments(method: str, ids: dict[str, Any], pick: int) -> dict[str, Any]:
     }
     return {
         name: known.get(name, "x")
-        for name, (_check, default) in METHODS[method].params.items()
-        if default is _REQUIRED
+        for name, (_check, default) in CALLS[method].params.items()
+        if default is REQUIRED
     }
 
 

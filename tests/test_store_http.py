@@ -13,16 +13,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from api_helpers import request
+from api_helpers import app_over, request
 from fault_helpers import sample_times, settled, wait_for
 from http_helpers import Server, free_port, make_certificates, make_token
 from store_helpers import damage_chunk
-from tunescope.errors import AccessDenied, ConfigError, NotFound, StoreUnavailable
+from tunescope.errors import AccessDenied, ConfigError, NotFound, Rejected, StoreUnavailable
 from tunescope.server import create_app
 from tunescope.server._app import release_store
 from tunescope.store import (
@@ -431,6 +432,139 @@ def test_the_local_viewer_takes_json_only_and_records_into_the_named_project(
     with open_store(store_file) as st:
         assert [r.name for r in st.list_runs(project="viewer")] == ["r"]
         assert st.list_runs() == []
+
+
+# ---------------------------------------------------------------------- the values taken
+# Store calls and batches are checked by one set of rules (store/_checks.py): a number the
+# store keeps is finite (only a read's bounds may be infinite, never NaN), an integer is what
+# the databases' 64-bit integers hold, a boolean is neither.
+@pytest.fixture
+def served(store_url: str) -> Iterator[tuple[FastAPI, str]]:
+    """The team app over an empty store of each backend, and a write token of project p."""
+    token = make_token(store_url, "p")
+    with app_over(store_url, auth="tokens") as app:
+        yield app, token
+
+
+def _refused(answer: dict[str, Any], what: str) -> bool:
+    err = answer["error"]
+    assert isinstance(err, dict)
+    return err["code"] == "invalid" and f"{what} must be" in str(err["message"])
+
+
+def test_ids_are_64_bit_integers_and_never_booleans(served: tuple[FastAPI, str]) -> None:
+    app, token = served
+    for value, status in [
+        (-(2**63), 404),  # checked, then looked for: there is none
+        (2**63 - 1, 404),
+        (-(2**63) - 1, 422),
+        (2**63, 422),
+        (True, 422),
+        (1.0, 422),
+        ("1", 422),
+    ]:
+        body = json.dumps({"trial_id": value}).encode()
+        got, answer = _post(app, "/api/v1/store/get_trial", token, body)
+        assert got == status, (value, answer)
+        if status == 422:
+            assert _refused(answer, "trial_id"), (value, answer)
+        else:
+            assert answer["error"]["code"] == "not_found", (value, answer)  # type: ignore[index]
+
+
+def test_a_batchs_integers_take_the_same_rule(served: tuple[FastAPI, str], store_url: str) -> None:
+    app, token = served
+    for step, status in [(-(2**63) - 1, 422), (2**63, 422), (True, 422), (-(2**63), 200)]:
+        spec = _spec()
+        event = ("mark", T0, "m", step, None, None, None)
+        body = Batch(spec.key, spec=spec, events=(event,)).to_json()
+        got, answer = _post(app, "/api/v1/ingest", token, body)
+        if status == 422:
+            assert got == 422 and _refused(answer, "events[0].step"), (step, answer)
+            continue
+        if store_url.startswith("postgresql"):
+            # the check takes it; PostgreSQL keeps steps in INTEGER columns (32 bits), which
+            # refuse it as a value they cannot hold, and nothing of the batch is written
+            assert got == 422 and answer["error"]["code"] == "rejected", answer  # type: ignore[index]
+            with open_store(store_url) as st:
+                assert st.list_runs(project="p") == []
+            continue
+        assert got == 200, answer
+        with open_store(store_url) as st:
+            assert [e.step for e in st.all_events(int(answer["trial"]))] == [step]  # type: ignore[call-overload]
+
+
+def test_a_number_a_store_keeps_is_finite_and_only_a_reads_bounds_are_open(
+    served: tuple[FastAPI, str], store_url: str
+) -> None:
+    app, token = served
+    got, answer = _post(app, "/api/v1/ingest", token, _batch(_spec(project="p")).to_json())
+    assert got == 200, answer
+    tid = int(answer["trial"])  # type: ignore[call-overload]
+    with open_store(store_url) as st:
+        before = st.get_trial(tid)
+        sid = st.list_series(tid)[0].id
+        samples = [a.tolist() for a in st.read_samples(sid)]
+        events = st.all_events(tid)
+
+    def call(name: str, args: dict[str, Any]) -> tuple[int, dict[str, object]]:
+        return _post(app, f"/api/v1/store/{name}", token, json.dumps(args).encode())
+
+    nan, inf = math.nan, math.inf
+    event = {"trial_id": tid, "kind": "mark", "t": T0, "name": None, "step": None,
+             "duration": None, "value": None, "data": None}  # fmt: skip
+    scalar = {"trial_id": tid, "name": "loss", "step": 1, "t": T0, "value": 1.0}
+    for name, args, what in [
+        ("update_trial", {"trial_id": tid, "heartbeat": nan}, "heartbeat"),
+        ("update_trial", {"trial_id": tid, "end": inf}, "end"),
+        ("update_trial", {"trial_id": tid, "heartbeat": True}, "heartbeat"),
+        ("create_trial", {"run_id": before.run_id, "interval": inf}, "interval"),
+        ("ensure_run", {"name": "other", "start": -inf}, "start"),
+        ("append_samples", {"rows": [[sid, T0 + 99, nan]]}, "rows[0].value"),
+        ("append_samples", {"rows": [[sid, inf, 1.0]]}, "rows[0].t"),
+        ("add_events", {"events": [{**event, "t": nan}]}, "events[0].t"),
+        ("add_events", {"events": [{**event, "value": -inf}]}, "events[0].value"),
+        ("add_scalars", {"scalars": [{**scalar, "value": nan}]}, "scalars[0].value"),
+        ("add_scalars", {"scalars": [{**scalar, "step": -(2**63) - 1}]}, "scalars[0].step"),
+        ("read_samples", {"series_id": sid, "start": nan}, "start"),
+        ("window", {"series_id": sid, "start": T0, "end": nan, "points": 10}, "end"),
+        ("count_events", {"trial_id": tid, "end": nan}, "end"),
+    ]:
+        got, answer = call(name, args)
+        assert got == 422 and _refused(answer, what), (name, args, answer)
+    with open_store(store_url) as st:  # nothing of them reached the store
+        assert st.get_trial(tid) == before
+        assert [a.tolist() for a in st.read_samples(sid)] == samples
+        assert st.all_events(tid) == events and st.scalar_names(tid) == ["loss"]
+        assert [r.name for r in st.list_runs(project="p")] == ["r"]
+        assert len(st.list_trials(before.run_id)) == 1
+    # a read's bounds may be open: -Infinity and Infinity
+    got, answer = call("read_samples", {"series_id": sid, "start": -inf, "end": inf})
+    assert got == 200 and answer["result"] == samples, answer
+    got, answer = call("count_events", {"trial_id": tid, "start": -inf})
+    assert got == 200 and answer["result"] == len(events), answer
+
+
+def test_an_http_store_refuses_and_skips_the_values_a_sql_store_does(
+    project: tuple[str, str],
+) -> None:
+    """The server refuses a sample or scalar that is not finite; an HTTP store does as a SQL
+    store does with them: raises Rejected for the sample, skips the scalar (sending neither)."""
+    url, _token = project
+    with open_store(url) as st:
+        assert isinstance(st, HttpStore)
+        tid = st.write(_batch(_spec(), 3))
+        sid = st.list_series(tid)[0].id
+        sent = st.requests
+        with pytest.raises(Rejected, match="finite"):
+            st.append_samples([(sid, T0 + 50, 1.0), (sid, T0 + 51, math.nan)])
+        assert st.add_scalars([Scalar(tid, "nan", 1, T0, math.nan)]) == 0
+        assert st.requests == sent
+        assert (
+            st.add_scalars([Scalar(tid, "acc", 1, T0, 0.5), Scalar(tid, "x", 2, T0, math.inf)]) == 1
+        )
+        assert st.scalar_names(tid) == ["acc", "loss"]
+        assert len(st.read_samples(sid)[0]) == 3
 
 
 # ---------------------------------------------------------------------- read commands

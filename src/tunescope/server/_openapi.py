@@ -114,7 +114,7 @@ def install(app: FastAPI) -> None:
 
 
 def _complete(app: FastAPI, doc: dict[str, Any]) -> None:
-    from tunescope.server._store_methods import METHODS
+    from tunescope.store.wire import CALLS
 
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
     for path, ops in doc["paths"].items():
@@ -137,7 +137,7 @@ def _complete(app: FastAPI, doc: dict[str, Any]) -> None:
                 op["requestBody"] = _body(_ARGS_SCHEMA)
                 for p in op.get("parameters", []):
                     if p["name"] == "method":
-                        p["schema"] = {"type": "string", "enum": sorted(METHODS)}
+                        p["schema"] = {"type": "string", "enum": sorted(CALLS)}
             responses = op["responses"]
             for code in sorted(codes | {int(c) for c in responses if c >= "400"}):
                 given = responses.setdefault(str(code), {"description": ERRORS[code]})

@@ -449,7 +449,8 @@ def _trial_data_routes(router: APIRouter, c: _Shared) -> None:
     ) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
         wanted = _parse_kinds(kinds)
-        after = None if cursor is None else read_cursor("events", cursor, (float, int))
+        # read_cursor checked the key's types
+        after: Any = None if cursor is None else read_cursor("events", cursor, (float, int))
         hi = info.end if info.end is not None else max(time.time(), info.heartbeat or 0.0)
         s, e = window_bounds(start, end, info.start, hi, pad=max(info.interval, 0.001))
         if cursor is None:
@@ -498,7 +499,7 @@ def _trial_data_routes(router: APIRouter, c: _Shared) -> None:
         if limit is None and cursor is None:
             rows, more = store.scalars(info.id, name), None
         else:
-            after = (
+            after: Any = (  # read_cursor checked the key's types
                 None if cursor is None else read_cursor("scalars", cursor, (str, int, float, int))
             )
             rows, key = store.scalar_page(

@@ -3,7 +3,12 @@
 ``POST /api/v1/store/{method}`` runs one method of the store contract on the server's store:
 the body is an object of its arguments by name, the answer ``{"result": …}``
 (``store/wire.py`` says how records, arrays and bytes travel). Only the methods of
-``_store_methods.METHODS`` are served, each marked read or write (a write needs a write token).
+``wire.CALLS`` are served, each marked read or write (a write needs a write token), its
+arguments checked there against the contract's signature before the store sees them.
+Arguments named ``project``, ``run_id``, ``trial_id`` and ``series_id`` (and the ids inside
+``rows``, ``events``, ``scalars``, ``chunk_ids``) are scoped here to the token's project;
+``_chunk_blobs`` takes the ``series_ids`` its chunks belong to, which the route checks and
+drops.
 ``POST /api/v1/ingest`` writes one batch (:meth:`Batch.to_json`, usually gzip-compressed)
 with the store's exactly-once :meth:`~tunescope.store.Store.write` and answers
 ``{"trial": id}``; once a batch that ends its trial is answered, the trial's series are
@@ -46,9 +51,8 @@ from tunescope.errors import NotFound, StoreError
 from tunescope.server._auth import Principal, principal_of, require_write
 from tunescope.server._errors import ApiError, invalid, not_found, store_message
 from tunescope.server._limits import Hold, InFlight, check_depth, read_body
-from tunescope.server._store_methods import METHODS
 from tunescope.store import MAX_BATCH_BYTES, Batch, Store
-from tunescope.store.wire import PROJECT_HEADER, dumps, loads, status_of
+from tunescope.store.wire import CALLS, PROJECT_HEADER, dumps, loads, status_of
 
 __all__ = ["MAX_BODY_BYTES", "store_router"]
 
@@ -233,7 +237,7 @@ def _store_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @_store_errors
 def _call(store: Store, scope: _Scope, name: str, raw: bytes) -> Any:
-    method = METHODS[name]
+    method = CALLS[name]
     try:
         args = method.args(loads(raw))
     except ValueError as exc:  # nothing of a bad body reaches the store
@@ -344,7 +348,7 @@ def store_router(store: Store, inflight: InFlight | None = None) -> APIRouter:
         method: Annotated[str, Path(description="a method of the store contract")],
         request: Request,
     ) -> Response:
-        spec = METHODS.get(method)
+        spec = CALLS.get(method)
         if spec is None:
             raise not_found(f"no store method {method!r}")
         principal = principal_of(request)

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from tunescope.store._batch import (
     MAX_BATCH_BYTES,
-    MAX_NAME_BYTES,
-    MAX_TEXT_BYTES,
     Batch,
     EventRow,
     SampleRow,
     ScalarRow,
     TrialEnd,
     TrialSpec,
-    check_json,
     new_key,
 )
+from tunescope.store._checks import MAX_NAME_BYTES, MAX_TEXT_BYTES, check_json
 from tunescope.store._contract import CHUNK_SAMPLES, LOST_AFTER_S, Store
 from tunescope.store._export import (
     EVENT_COLUMNS,

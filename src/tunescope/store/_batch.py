@@ -14,13 +14,14 @@ the trial's :class:`TrialSpec`, and whichever batch reaches the store first crea
 (and its run). The JSON form (:meth:`Batch.to_json` / :meth:`Batch.from_json`) is what the
 spool keeps on disk; :meth:`Batch.from_json` checks every field and raises ValueError naming
 the first bad one, so a damaged or foreign record is refused whole: the one place batches
-are checked (a server's ingest answers its ValueError with 422). Every number has a range:
-times (and intervals, durations) within :data:`MAX_ABS_TIME_S` of the epoch, sample values
-within float32's (what the store keeps, see ``_codec.py``); names (metrics, devices, hosts,
-runs, trials, projects, event kinds and names, scalar names) are at most
-:data:`MAX_NAME_BYTES` bytes of UTF-8, other text :data:`MAX_TEXT_BYTES`; no text, and no
-key or string inside params, ``where`` or event data, holds a NUL character (databases refuse
-it). A batch whose JSON passes :data:`MAX_BATCH_BYTES` is refused by a server: writers split
+are checked (a server's ingest answers its ValueError with 422), by the store's one set of
+value checks (``_checks.py``). Every number is finite and has a range: times (and intervals,
+durations) within ``MAX_ABS_TIME_S`` of the epoch, sample values within float32's (what the
+store keeps, see ``_codec.py``), integers (steps, exit codes) what the databases hold;
+names (metrics, devices, hosts, runs, trials, projects, event kinds and names, scalar names)
+are at most ``MAX_NAME_BYTES`` bytes of UTF-8, other text ``MAX_TEXT_BYTES``; no text, and
+no key or string inside params, ``where`` or event data, holds a NUL character (databases
+refuse it). A batch whose JSON passes :data:`MAX_BATCH_BYTES` is refused by a server: writers split
 it first (:meth:`Batch.split`).
 """
 
@@ -28,41 +29,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import socket
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
-J = TypeVar("J")
+from tunescope.store import _checks as checks
 
 __all__ = [
-    "MAX_ABS_TIME_S",
     "MAX_BATCH_BYTES",
-    "MAX_NAME_BYTES",
-    "MAX_SAMPLE_VALUE",
-    "MAX_TEXT_BYTES",
     "Batch",
     "EventRow",
     "SampleRow",
     "ScalarRow",
     "TrialEnd",
     "TrialSpec",
-    "check_json",
-    "check_sample",
     "new_key",
 ]
 
-MAX_ABS_TIME_S = 1e11
-"""Times are epoch seconds within this of the epoch (years -1200 to 5100): beyond it they
-could not be kept to the millisecond."""
-MAX_SAMPLE_VALUE = 3.4028234663852886e38
-"""The largest sample value magnitude: float32's largest finite number (samples are kept as
-float32)."""
-MAX_NAME_BYTES = 512
-"""Longest name, in bytes of UTF-8."""
-MAX_TEXT_BYTES = 64 * 1024
-"""Longest other text (a series' note, an error message), in bytes of UTF-8."""
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 """Largest batch a server takes, as JSON (:meth:`Batch.to_json`) once decompressed: a
 flusher's 50,000 events and 50,000 scalars are about 8 MB. :meth:`Batch.split` cuts a larger
@@ -129,20 +113,20 @@ class TrialSpec:
     @classmethod
     def from_doc(cls, v: Any, where: str = "") -> TrialSpec:
         """A spec from its JSON object; ValueError names the first bad field."""
-        s = _obj(v, where.rstrip(".") or "spec")
+        s = checks.obj(v, where.rstrip(".") or "spec")
         return cls(
             key=_key(s.get("key"), f"{where}key"),
-            run=_name(s.get("run"), f"{where}run", empty=False),
+            run=checks.name(s.get("run"), f"{where}run", empty=False),
             name=_opt_name(s.get("name"), f"{where}name"),
-            params=_params(s.get("params", {}), f"{where}params"),
-            host=_name(s.get("host", ""), f"{where}host"),
+            params=checks.json_obj(s.get("params", {}), f"{where}params"),
+            host=checks.name(s.get("host", ""), f"{where}host"),
             pids=_pids(s.get("pids", []), f"{where}pids"),
-            start=_time(s.get("start"), f"{where}start"),
-            interval=_time(
+            start=checks.time(s.get("start"), f"{where}start"),
+            interval=checks.time(
                 _positive(s.get("interval", 1.0), f"{where}interval"), f"{where}interval"
             ),
-            project=_name(s.get("project", "default"), f"{where}project", empty=False),
-            os_user=_name(s.get("os_user", ""), f"{where}os_user"),
+            project=checks.name(s.get("project", "default"), f"{where}project", empty=False),
+            os_user=checks.name(s.get("os_user", ""), f"{where}os_user"),
         )
 
     @classmethod
@@ -314,16 +298,18 @@ class Batch:
         spec = None if doc.get("spec") is None else TrialSpec.from_doc(doc["spec"], "spec.")
         end = None
         if doc.get("end") is not None:
-            e = _obj(doc["end"], "end")
-            state = _text(e.get("state"), "end.state")
+            e = checks.obj(doc["end"], "end")
+            state = checks.text(e.get("state"), "end.state")
             if state not in _END_STATES:
                 raise ValueError(f"end.state must be one of {', '.join(_END_STATES)}")
             end = TrialEnd(
                 state=state,
-                t=_time(e.get("t"), "end.t"),
+                t=checks.time(e.get("t"), "end.t"),
                 error=_opt_text(e.get("error"), "end.error"),
                 exit_code=_opt_int(e.get("exit_code"), "end.exit_code"),
-                only_if_running=_bool(e.get("only_if_running", False), "end.only_if_running"),
+                only_if_running=checks.boolean(
+                    e.get("only_if_running", False), "end.only_if_running"
+                ),
             )
         return cls(
             trial=_key(doc.get("trial"), "trial"),
@@ -338,26 +324,21 @@ class Batch:
             ),
             heartbeat=None
             if doc.get("heartbeat") is None
-            else _time(doc["heartbeat"], "heartbeat"),
+            else checks.time(doc["heartbeat"], "heartbeat"),
             pids=None if doc.get("pids") is None else _pids(doc["pids"], "pids"),
-            params=None if doc.get("params") is None else _params(doc["params"], "params"),
+            params=None if doc.get("params") is None else checks.json_obj(doc["params"], "params"),
             end=end,
-            host=_name(doc["host"], "host")
+            host=checks.name(doc["host"], "host")
             if "host" in doc
             else (spec.host if spec is not None and spec.host else socket.gethostname()),
-            where=None if doc.get("where") is None else _json_obj(doc["where"], "where"),
+            where=None if doc.get("where") is None else checks.json_obj(doc["where"], "where"),
         )
 
 
 # ---------------------------------------------------------------------- field checks
+# (the values' own rules are the store's one set, in _checks.py)
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _obj(v: Any, what: str) -> dict[str, Any]:
-    if not isinstance(v, dict):
-        raise ValueError(f"{what} must be an object")
-    return v
 
 
 def _list(v: Any, what: str) -> list[Any]:
@@ -368,113 +349,23 @@ def _list(v: Any, what: str) -> list[Any]:
     return v
 
 
-def _text(v: Any, what: str, *, empty: bool = True, limit: int = MAX_TEXT_BYTES) -> str:
-    if not isinstance(v, str) or (not empty and not v.strip()):
-        raise ValueError(f"{what} must be a {'non-empty ' if not empty else ''}string")
-    if "\x00" in v:
-        raise ValueError(f"{what} must not hold a NUL character")
-    if len(v) > limit // 4 and len(v.encode("utf-8", "surrogatepass")) > limit:
-        raise ValueError(f"{what} must be at most {limit} bytes of UTF-8")
-    return v
-
-
-def _name(v: Any, what: str, *, empty: bool = True) -> str:
-    return _text(v, what, empty=empty, limit=MAX_NAME_BYTES)
-
-
-def _opt_name(v: Any, what: str) -> str | None:
-    return None if v is None else _name(v, what)
-
-
-def _time(v: Any, what: str) -> float:
-    f = _num(v, what)
-    if abs(f) > MAX_ABS_TIME_S:
-        raise ValueError(f"{what} must be within {MAX_ABS_TIME_S:g} s of the epoch")
-    return f
-
-
-def _value32(v: Any, what: str) -> float:
-    f = _num(v, what)
-    if abs(f) > MAX_SAMPLE_VALUE:
-        raise ValueError(f"{what} must be within float32's range (±{MAX_SAMPLE_VALUE:.7g})")
-    return f
-
-
-def check_sample(t: float, v: float) -> str | None:
-    """What is wrong with a sample at ``t`` of value ``v`` (None: nothing): the ranges
-    :meth:`Batch.from_json` checks, for stores that take samples by other ways."""
-    if not (math.isfinite(t) and math.isfinite(v)):
-        return f"sample at t={t} is not a finite number: {v}"
-    if abs(t) > MAX_ABS_TIME_S:
-        return f"sample time {t} is not within {MAX_ABS_TIME_S:g} s of the epoch"
-    if abs(v) > MAX_SAMPLE_VALUE:
-        return f"sample value {v} is beyond float32's range"
-    return None
-
-
-def check_json(v: J, what: str) -> J:
-    """``v`` (JSON values) unchanged; ValueError when a key or string in it holds a NUL
-    character (walked without recursion: a body's nesting is bounded before it is parsed,
-    a spool record's is not)."""
-    stack: list[Any] = [v]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, str):
-            if "\x00" in x:
-                raise ValueError(f"{what} must not hold a NUL character")
-        elif isinstance(x, dict):
-            for k, item in x.items():
-                if isinstance(k, str) and "\x00" in k:
-                    raise ValueError(f"{what} must not hold a NUL character")
-                stack.append(item)
-        elif isinstance(x, list):
-            stack.extend(x)
-    return v
-
-
-def _json_obj(v: Any, what: str) -> dict[str, Any]:
-    return check_json(_obj(v, what), what)
-
-
-def _opt_text(v: Any, what: str) -> str | None:
-    return None if v is None else _text(v, what)
-
-
 def _key(v: Any, what: str) -> str:
     if not isinstance(v, str) or not 1 <= len(v) <= 64 or not v.isprintable():
         raise ValueError(f"{what} must be a key of 1 to 64 printable characters")
     return v
 
 
-def _num(v: Any, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{what} must be a finite number")
-    return float(v)
-
-
 def _positive(v: Any, what: str) -> float:
-    f = _num(v, what)
+    f = checks.number(v, what)
     if f <= 0:
         raise ValueError(f"{what} must be positive")
     return f
 
 
-def _opt_num(v: Any, what: str) -> float | None:
-    return None if v is None else _num(v, what)
-
-
-def _opt_int(v: Any, what: str) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or abs(v) >= 2**63:
-        raise ValueError(f"{what} must be an integer")
-    return v
-
-
-def _bool(v: Any, what: str) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError(f"{what} must be true or false")
-    return v
+_opt_name = checks.optional(checks.name)
+_opt_text = checks.optional(checks.text)
+_opt_int = checks.optional(checks.integer)
+_opt_num = checks.optional(checks.number)
 
 
 def _pids(v: Any, what: str) -> tuple[int, ...]:
@@ -487,10 +378,6 @@ def _pids(v: Any, what: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _params(v: Any, what: str) -> dict[str, Any]:
-    return _json_obj(v, what)
-
-
 def _row(v: Any, n: int, what: str) -> list[Any]:
     if not isinstance(v, list) or len(v) != n:
         raise ValueError(f"{what} must be a list of {n} items")
@@ -500,11 +387,11 @@ def _row(v: Any, n: int, what: str) -> list[Any]:
 def _sample(v: Any, i: int) -> SampleRow:
     r = _row(v, 5, f"samples[{i}]")
     return (
-        _name(r[0], f"samples[{i}].metric", empty=False),
+        checks.name(r[0], f"samples[{i}].metric", empty=False),
         _opt_name(r[1], f"samples[{i}].device"),
         _opt_text(r[2], f"samples[{i}].note"),
-        _time(r[3], f"samples[{i}].t"),
-        _value32(r[4], f"samples[{i}].value"),
+        checks.time(r[3], f"samples[{i}].t"),
+        checks.value32(r[4], f"samples[{i}].value"),
     )
 
 
@@ -514,21 +401,21 @@ def _event(v: Any, i: int) -> EventRow:
     if data is not None and not isinstance(data, dict):
         raise ValueError(f"events[{i}].data must be an object or null")
     return (
-        _name(r[0], f"events[{i}].kind", empty=False),
-        _time(r[1], f"events[{i}].t"),
+        checks.name(r[0], f"events[{i}].kind", empty=False),
+        checks.time(r[1], f"events[{i}].t"),
         _opt_name(r[2], f"events[{i}].name"),
         _opt_int(r[3], f"events[{i}].step"),
-        None if r[4] is None else _time(r[4], f"events[{i}].duration"),
+        None if r[4] is None else checks.time(r[4], f"events[{i}].duration"),
         _opt_num(r[5], f"events[{i}].value"),
-        None if data is None else check_json(data, f"events[{i}].data"),
+        None if data is None else checks.check_json(data, f"events[{i}].data"),
     )
 
 
 def _scalar(v: Any, i: int) -> ScalarRow:
     r = _row(v, 4, f"scalars[{i}]")
     return (
-        _name(r[0], f"scalars[{i}].name", empty=False),
+        checks.name(r[0], f"scalars[{i}].name", empty=False),
         _opt_int(r[1], f"scalars[{i}].step"),
-        _time(r[2], f"scalars[{i}].t"),
-        _num(r[3], f"scalars[{i}].value"),
+        checks.time(r[2], f"scalars[{i}].t"),
+        checks.number(r[3], f"scalars[{i}].value"),
     )

@@ -54,7 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tunescope.errors import CorruptData
-from tunescope.store._batch import MAX_ABS_TIME_S, MAX_SAMPLE_VALUE
+from tunescope.store._checks import MAX_ABS_TIME_S, MAX_SAMPLE_VALUE
 
 __all__ = [
     "BLOCK_DTYPE",

@@ -15,11 +15,17 @@ larger than a server takes (:data:`~tunescope.store._batch.MAX_BATCH_BYTES`) goe
   as the contract promises), opened again when the server closed it. A call that cannot
   reach the server, times out (the store's ``timeout``, 15 s by default) or gets 503 raises
   :class:`~tunescope.errors.StoreUnavailable`, so writers keep and spool their batches. A
-  call that may be repeated safely (reads, ``write``, setting fields) is sent once more when
-  a reused connection turns out closed before any answer; appends and ``create_trial`` are
-  not: like a lost database connection while committing, they raise StoreUnavailable, as
-  whether they landed is unknown.
+  call that may be repeated safely (reads, ``write``, setting fields: ``Call.repeat``) is
+  sent once more when a reused connection turns out closed before any answer; appends and
+  ``create_trial`` are not: like a lost database connection while committing, they raise
+  StoreUnavailable, as whether they landed is unknown.
 * **Errors** come back as the class the server's store raised (``wire.CODES``).
+* **Made from the contract.** Most methods are the contract's own, made by :func:`_remote`
+  from its signature (the arguments by name, defaults included) and the call's row of
+  ``wire.CALLS`` (how its answer is decoded, whether it may be sent again); the others do
+  more around the same request (note what was appended or read, name the series of chunks).
+  A sample that is not finite is refused here (Rejected) and such a scalar skipped, as a SQL
+  store does, and neither is sent: the server refuses both.
 * **Packing.** Samples that batches carry are written by the server's store, which packs
   them like any writer (when 256 gather) and packs a trial's series when its end lands;
   :meth:`HttpStore.close` and ``compact()`` pack the series this store appended to with
@@ -28,47 +34,60 @@ larger than a server takes (:data:`~tunescope.store._batch.MAX_BATCH_BYTES`) goe
 
 from __future__ import annotations
 
+import functools
 import gzip
+import inspect
+import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import numpy as np
 
 from tunescope.errors import Rejected, StoreError
 from tunescope.store._batch import MAX_BATCH_BYTES, Batch
+from tunescope.store._checks import check_row
 from tunescope.store._client import INGEST_PATH, Client
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store
-from tunescope.store._model import (
-    Event,
-    EventsWindow,
-    RunInfo,
-    Scalar,
-    SeriesInfo,
-    TrialInfo,
-    Window,
-)
-from tunescope.store.wire import (
-    arrays_of,
-    blobs_of,
-    doc,
-    dumps,
-    event_of,
-    events_window_of,
-    run_of,
-    scalar_of,
-    series_of,
-    trial_of,
-    window_of,
-)
+from tunescope.store._model import Event, Scalar, SeriesInfo, Window
+from tunescope.store.wire import CALLS, doc, dumps
 
 __all__ = ["HttpStore"]
 
 GZIP_ABOVE = 16 * 1024
 """Call bodies larger than this are sent gzip-compressed (batches always are)."""
 
-T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _remote(method: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[HttpStore, P], R]:
+    """The contract method ``method`` as one request to the server (``wire.CALLS`` says how):
+    its arguments by name as the contract's signature binds them, defaults included, a
+    ``project`` of None as the store's own, other iterables than text and objects (pids,
+    kinds) as lists. A method the server does not serve is a TypeError on import."""
+    name = method.__name__
+    if name not in CALLS:
+        raise TypeError(f"the server serves no call {name!r} (wire.CALLS)")
+    signature = inspect.signature(method)
+
+    @functools.wraps(method, updated=())
+    def remote(self: HttpStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        named = {k: _listed(v) for k, v in list(bound.arguments.items())[1:]}
+        if "project" in named and named["project"] is None:
+            named["project"] = self.project
+        return cast(R, self._get(name, named))
+
+    return remote
+
+
+def _listed(v: Any) -> Any:
+    if isinstance(v, (str, bytes, dict)) or not isinstance(v, Iterable):
+        return v
+    return list(v)
 
 
 class HttpStore(Store):
@@ -98,15 +117,10 @@ class HttpStore(Store):
         """Connections opened so far."""
         return self._client.connections
 
-    def _get(
-        self,
-        method: str,
-        args: dict[str, Any],
-        decode: Callable[[Any], T],
-        *,
-        retry: bool = True,
-    ) -> T:
-        """Call a contract method on the server and decode its result."""
+    def _get(self, method: str, args: dict[str, Any]) -> Any:
+        """Call a contract method on the server (``wire.CALLS[method]``: whether it may be
+        sent again, how its result is decoded) and decode its result."""
+        call = CALLS[method]
         try:
             body = dumps(args)
         except (TypeError, ValueError) as exc:
@@ -116,17 +130,14 @@ class HttpStore(Store):
             f"/api/v1/store/{method}",
             gzip.compress(body, compresslevel=6, mtime=0) if big else body,
             compressed=big,
-            retry=retry,
+            retry=call.repeat,
         )
         try:
-            return decode(answer["result"])
+            return call.decode(answer["result"])
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(
                 f"{self.url} answered {method} with a malformed result: {exc}"
             ) from None
-
-    def _project(self, project: str | None) -> str:
-        return self.project if project is None else project
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -139,60 +150,40 @@ class HttpStore(Store):
         finally:
             self._client.close()
 
-    # ------------------------------------------------------------------ runs and trials
-    def ensure_run(
-        self,
-        name: str,
-        start: float | None = None,
-        *,
-        project: str | None = None,
-        os_user: str | None = None,
-        host: str | None = None,
-    ) -> RunInfo:
-        args = {
-            "name": name,
-            "start": start,
-            "project": self._project(project),
-            "os_user": os_user,
-            "host": host,
-        }
-        return self._get("ensure_run", args, run_of)
+    # ------------------------------------------------------------------ one request each
+    # (their arguments by name, as the contract's signature binds them: see _remote)
+    ensure_run = _remote(Store.ensure_run)
+    get_run = _remote(Store.get_run)
+    list_runs = _remote(Store.list_runs)
+    list_projects = _remote(Store.list_projects)
+    create_trial = _remote(Store.create_trial)
+    trial_by_key = _remote(Store.trial_by_key)
+    get_trial = _remote(Store.get_trial)
+    find_trial = _remote(Store.find_trial)
+    list_trials = _remote(Store.list_trials)
+    update_trial = _remote(Store.update_trial)
+    exit_code = _remote(Store.exit_code)
+    series = _remote(Store.series)
+    hosts = _remote(Store.hosts)
+    list_series = _remote(Store.list_series)
+    _pending = _remote(Store._pending)
+    series_extent = _remote(Store.series_extent)
+    _series_info = _remote(Store._series_info)
+    _count_events = _remote(Store._count_events)
+    _fetch_events = _remote(Store._fetch_events)
+    _bin_events = _remote(Store._bin_events)
+    scalars = _remote(Store.scalars)
+    scalar_names = _remote(Store.scalar_names)
+    events = _remote(Store.events)
+    count_events = _remote(Store.count_events)
+    latest = _remote(Store.latest)
 
-    def get_run(self, run: int | str, *, project: str | None = None) -> RunInfo:
-        return self._get("get_run", {"run": run, "project": self._project(project)}, run_of)
-
-    def list_runs(self, *, project: str | None = None) -> list[RunInfo]:
-        return self._get("list_runs", {"project": self._project(project)}, _list(run_of))
-
-    def list_projects(self) -> list[str]:
-        return self._get("list_projects", {}, _list(str))
-
+    # ------------------------------------------------------------------ and those that do more
     def owner(self, *, trial: int | None = None, series: int | None = None) -> str:
         if (trial is None) == (series is None):
             raise ValueError("give a trial or a series")
-        return self._get("owner", {"trial": trial, "series": series}, str)
-
-    def create_trial(
-        self,
-        run_id: int,
-        name: str | None = None,
-        params: dict[str, Any] | None = None,
-        *,
-        host: str = "",
-        pids: Sequence[int] = (),
-        start: float | None = None,
-        interval: float = 1.0,
-    ) -> TrialInfo:
-        args = {
-            "run_id": run_id,
-            "name": name,
-            "params": params,
-            "host": host,
-            "pids": list(pids),
-            "start": start,
-            "interval": interval,
-        }
-        return self._get("create_trial", args, trial_of, retry=False)
+        out: str = self._get("owner", {"trial": trial, "series": series})
+        return out
 
     def write(self, batch: Batch) -> int:
         """Post the batch; one larger than the server takes (:data:`MAX_BATCH_BYTES`) is
@@ -215,71 +206,16 @@ class HttpStore(Store):
         assert trial is not None
         return trial
 
-    def trial_by_key(self, key: str) -> TrialInfo:
-        return self._get("trial_by_key", {"key": key}, trial_of)
-
-    def get_trial(self, trial_id: int) -> TrialInfo:
-        return self._get("get_trial", {"trial_id": trial_id}, trial_of)
-
-    def find_trial(self, run_id: int, name: str) -> TrialInfo:
-        return self._get("find_trial", {"run_id": run_id, "name": name}, trial_of)
-
-    def list_trials(self, run_id: int) -> list[TrialInfo]:
-        return self._get("list_trials", {"run_id": run_id}, _list(trial_of))
-
-    def update_trial(
-        self,
-        trial_id: int,
-        *,
-        state: str | None = None,
-        end: float | None = None,
-        error: str | None = None,
-        pids: Sequence[int] | None = None,
-        heartbeat: float | None = None,
-        only_if_running: bool = False,
-        exit_code: int | None = None,
-        params: dict[str, Any] | None = None,
-    ) -> bool:
-        args = {
-            "trial_id": trial_id,
-            "state": state,
-            "end": end,
-            "error": error,
-            "pids": None if pids is None else list(pids),
-            "heartbeat": heartbeat,
-            "only_if_running": only_if_running,
-            "exit_code": exit_code,
-            "params": params,
-        }
-        return self._get("update_trial", args, bool)
-
-    def exit_code(self, trial_id: int) -> int | None:
-        return self._get("exit_code", {"trial_id": trial_id}, _optional(int))
-
-    # ------------------------------------------------------------------ series and samples
-    def series(
-        self,
-        trial_id: int,
-        metric: str,
-        device: str | None = None,
-        note: str | None = None,
-        host: str | None = None,
-    ) -> SeriesInfo:
-        args = {"trial_id": trial_id, "metric": metric, "device": device, "note": note}
-        return self._get("series", {**args, "host": host}, series_of)
-
-    def hosts(self, trial_id: int) -> dict[str, dict[str, Any]]:
-        return self._get("hosts", {"trial_id": trial_id}, _hosts)
-
-    def list_series(self, trial_id: int, metric: str | None = None) -> list[SeriesInfo]:
-        args = {"trial_id": trial_id, "metric": metric}
-        return self._get("list_series", args, _list(series_of))
-
     def append_samples(self, rows: Iterable[tuple[int, float, float]]) -> int:
-        listed = [[sid, t, v] for sid, t, v in rows]
+        listed = []
+        for sid, t, v in rows:  # refused here as a SQL store refuses them (not sent)
+            problem = check_row(sid, t, v)
+            if problem is not None:
+                raise Rejected(problem)
+            listed.append([sid, t, v])
         if not listed:
             return 0
-        n = self._get("append_samples", {"rows": listed}, int, retry=False)
+        n: int = self._get("append_samples", {"rows": listed})
         with self._lock:
             self._appended.update(int(r[0]) for r in listed)
         return n
@@ -292,13 +228,15 @@ class HttpStore(Store):
             for sid in todo:
                 self.compact(sid)
             return
-        self._get("compact", {"series_id": series_id}, _none)
+        self._get("compact", {"series_id": series_id})
 
     def _chunk_summaries(
         self, series_id: int, start: float, end: float
     ) -> list[tuple[int, float, float, int, float, float, float]]:
         args = {"series_id": series_id, "start": start, "end": end}
-        rows = self._get("_chunk_summaries", args, _list(tuple))
+        rows: list[tuple[int, float, float, int, float, float, float]] = self._get(
+            "_chunk_summaries", args
+        )
         with self._lock:
             self._read.add(series_id)
             self._chunk_series.update((int(r[0]), series_id) for r in rows)
@@ -308,110 +246,39 @@ class HttpStore(Store):
         with self._lock:
             series = sorted({self._chunk_series[c] for c in chunk_ids if c in self._chunk_series})
         args = {"chunk_ids": list(chunk_ids), "column": column, "series_ids": series}
-        return self._get("_chunk_blobs", args, blobs_of)
+        blobs: dict[int, bytes] = self._get("_chunk_blobs", args)
+        return blobs
 
-    def _pending(self, series_id: int, start: float, end: float) -> tuple[F64, F64]:
-        args = {"series_id": series_id, "start": start, "end": end}
-        return self._get("_pending", args, arrays_of)
-
-    def series_extent(self, series_id: int) -> tuple[float, float, int] | None:
-        return self._get("series_extent", {"series_id": series_id}, _optional(_extent))
-
-    def _series_info(self, series_id: int) -> SeriesInfo:
-        return self._get("_series_info", {"series_id": series_id}, series_of)
-
-    # ------------------------------------------------------------------ events and scalars
     def add_events(self, events: Iterable[Event]) -> int:
         listed = [doc(e) for e in events]
         if not listed:
             return 0
-        return self._get("add_events", {"events": listed}, int, retry=False)
-
-    def _count_events(
-        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
-    ) -> int:
-        args = {"trial_id": trial_id, "start": start, "end": end, "kinds": _kinds(kinds)}
-        return self._get("_count_events", args, int)
-
-    def _fetch_events(
-        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None
-    ) -> list[Event]:
-        args = {"trial_id": trial_id, "start": start, "end": end, "kinds": _kinds(kinds)}
-        return self._get("_fetch_events", args, _list(event_of))
-
-    def _bin_events(
-        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None, bins: int
-    ) -> list[tuple[str, int, int]]:
-        args = {
-            "trial_id": trial_id,
-            "start": start,
-            "end": end,
-            "kinds": _kinds(kinds),
-            "bins": bins,
-        }
-        return self._get("_bin_events", args, _list(tuple))
+        n: int = self._get("add_events", {"events": listed})
+        return n
 
     def add_scalars(self, scalars: Iterable[Scalar]) -> int:
-        listed = [doc(s) for s in scalars]
+        # a value that is not finite is skipped, as a SQL store skips it (the server refuses it)
+        listed = [doc(s) for s in scalars if s.value is not None and math.isfinite(s.value)]
         if not listed:
             return 0
-        return self._get("add_scalars", {"scalars": listed}, int, retry=False)
+        n: int = self._get("add_scalars", {"scalars": listed})
+        return n
 
-    def scalars(self, trial_id: int, name: str | None = None) -> list[Scalar]:
-        args = {"trial_id": trial_id, "name": name}
-        return self._get("scalars", args, _list(scalar_of))
-
-    def scalar_names(self, trial_id: int) -> list[str]:
-        return self._get("scalar_names", {"trial_id": trial_id}, _list(str))
-
-    # ------------------------------------------------------------------ derived, on the server
     def read_samples(
         self, series_id: int, start: float = -np.inf, end: float = np.inf
     ) -> tuple[F64, F64]:
         args = {"series_id": series_id, "start": float(start), "end": float(end)}
-        out = self._get("read_samples", args, arrays_of)
+        out: tuple[F64, F64] = self._get("read_samples", args)
         with self._lock:
             self._read.add(series_id)
         return out
 
     def window(self, series_id: int, start: float, end: float, points: int) -> Window:
         args = {"series_id": series_id, "start": start, "end": end, "points": points}
-        out = self._get("window", args, window_of)
+        out: Window = self._get("window", args)
         with self._lock:
             self._read.add(series_id)
         return out
-
-    def events(
-        self,
-        trial_id: int,
-        start: float,
-        end: float,
-        *,
-        kinds: Sequence[str] | None = None,
-        limit: int = 2000,
-    ) -> EventsWindow:
-        args = {
-            "trial_id": trial_id,
-            "start": start,
-            "end": end,
-            "kinds": _kinds(kinds),
-            "limit": limit,
-        }
-        return self._get("events", args, events_window_of)
-
-    def count_events(
-        self,
-        trial_id: int,
-        start: float = -np.inf,
-        end: float = np.inf,
-        *,
-        kinds: Sequence[str] | None = None,
-    ) -> int:
-        args = {"trial_id": trial_id, "start": start, "end": end, "kinds": _kinds(kinds)}
-        return self._get("count_events", args, int)
-
-    def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:
-        return self._get("latest", {"trial_id": trial_id}, _list(_newest))
 
     def corrupt_series(self) -> list[tuple[SeriesInfo, int]]:
         """The series this store read whose chunks the server had to skip (the server's
@@ -420,43 +287,5 @@ class HttpStore(Store):
             read = set(self._read)
         if not read:
             return []
-        found = self._get("corrupt_series", {}, _list(lambda d: (series_of(d[0]), int(d[1]))))
+        found: list[tuple[SeriesInfo, int]] = self._get("corrupt_series", {})
         return [(s, n) for s, n in found if s.id in read]
-
-
-# ---------------------------------------------------------------------- helpers
-def _list(decode: Callable[[Any], T]) -> Callable[[Any], list[T]]:
-    def inner(items: Any) -> list[T]:
-        if not isinstance(items, list):
-            raise TypeError("a list was expected")
-        return [decode(x) for x in items]
-
-    return inner
-
-
-def _optional(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
-    return lambda v: None if v is None else decode(v)
-
-
-def _extent(v: Any) -> tuple[float, float, int]:
-    first, last, n = v
-    return float(first), float(last), int(n)
-
-
-def _newest(v: Any) -> tuple[SeriesInfo, float, float]:
-    info, t, value = v
-    return series_of(info), float(t), float(value)
-
-
-def _none(v: Any) -> None:
-    return None
-
-
-def _kinds(kinds: Sequence[str] | None) -> list[str] | None:
-    return None if kinds is None else list(kinds)
-
-
-def _hosts(v: Any) -> dict[str, dict[str, Any]]:
-    if not isinstance(v, dict) or not all(isinstance(i, dict) for i in v.values()):
-        raise StoreError("the server answered hosts that are not an object of objects")
-    return {str(h): i for h, i in v.items()}

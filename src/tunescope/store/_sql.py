@@ -32,14 +32,8 @@ import numpy as np
 
 from tunescope._kept import Kept
 from tunescope.errors import Conflict, NotFound, Rejected, SchemaError, StoreError, StoreUnavailable
-from tunescope.store._batch import (
-    Batch,
-    EventRow,
-    ScalarRow,
-    TrialSpec,
-    check_sample,
-    new_key,
-)
+from tunescope.store._batch import Batch, EventRow, ScalarRow, TrialSpec, new_key
+from tunescope.store._checks import check_row, check_sample
 from tunescope.store._codec import (
     F64,
     MAX_DELTA_MS,
@@ -1019,9 +1013,9 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, KeptUsageMixin, Store, abc
         by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
         count = 0
         for sid, t, v in rows:
-            problem = "no value" if v is None else check_sample(t, v)
+            problem = check_row(sid, t, v)
             if problem is not None:
-                raise Rejected(f"series {sid}: {problem}")
+                raise Rejected(problem)
             by_series[_sql_int(int(sid))].append((t, v))
             count += 1
         if not count:

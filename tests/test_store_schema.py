@@ -362,3 +362,39 @@ def test_a_version_9_database_keeps_its_ended_trials_usage_once_migrated(
         assert gen == 0 and text is not None
         s.write(Batch(key, samples=(("gpu.util", "0", None, t0 + 100.5, 40.0),), host="h"))
         assert s.kept_usage([tid], digest) == {tid: (1, None)}
+
+
+def test_a_version_10_database_takes_64_bit_steps_and_exit_codes_once_migrated(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 11 makes the integers a batch brings 64 bits on every backend: a step past
+    2**31 (a token count used as step, a global sample index) refused the whole batch on
+    PostgreSQL, whose INTEGER is 32 bits, samples and all; once migrated it is kept as given,
+    with what the database held before."""
+    t0 = 1_000_000.0
+    big = 2**40
+    monkeypatch.setattr(_sql, "SCHEMA_VERSION", 10)
+    with closing(open_store(store_url)) as old:
+        assert isinstance(old, _sql.SQLStore) and old.schema_version() == 10
+        spec = TrialSpec(key="k10", run="r", start=t0, interval=1.0, host="h")
+        old.write(
+            Batch("k10", spec=spec, events=(("mark", t0 + 1, "before", 7, None, None, None),))
+        )
+    monkeypatch.undo()
+    with closing(open_store(store_url)) as s:
+        assert isinstance(s, _sql.SQLStore) and s.schema_version() == SCHEMA_VERSION
+        tid = s.trial_by_key("k10").id
+        s.write(
+            Batch(
+                "k10",
+                samples=(("cpu.util", None, None, t0 + 2, 50.0),),
+                events=(("mark", t0 + 2, "after", big, None, None, None),),
+                scalars=(("loss", big, t0 + 2, 0.5),),
+                end=TrialEnd("completed", t0 + 3, exit_code=-(2**63)),
+                host="h",
+            )
+        )
+        assert [(e.name, e.step) for e in s.all_events(tid)] == [("before", 7), ("after", big)]
+        assert [x.step for x in s.scalars(tid, "loss")] == [big]
+        assert s.exit_code(tid) == -(2**63)
+        assert len(s.list_series(tid, "cpu.util")) == 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
@@ -205,6 +205,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             trial_id BIGINT PRIMARY KEY REFERENCES trials(id), digest TEXT NOT NULL,
             data_gen BIGINT NOT NULL, t {real} NOT NULL, data TEXT NOT NULL)""",
     ),
+    # 11: the integers a batch brings (an event's or scalar's step, the exit code) hold what
+    #    the checks take, -2**63..2**63-1, on PostgreSQL too, whose INTEGER is 32 bits: a step
+    #    past 2**31 refused the whole batch there, its samples with it (SQLite's INTEGER is
+    #    64 bits already)
+    {
+        "sqlite": (),
+        "postgresql": (
+            "ALTER TABLE events ALTER COLUMN step TYPE BIGINT",
+            "ALTER TABLE scalars ALTER COLUMN step TYPE BIGINT",
+            "ALTER TABLE trials ALTER COLUMN exit_code TYPE BIGINT",
+        ),
+    },
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

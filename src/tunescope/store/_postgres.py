@@ -119,6 +119,11 @@ class PostgresStore(SQLStore):
     def _guard(self, conn: Any) -> contextlib.AbstractContextManager[None]:
         return _WATCHDOG.guard(conn, self.timeout)
 
+    def _hold_snapshot(self, cur: Any) -> None:
+        # the transaction's first statement: each statement of a READ COMMITTED one sees
+        # the database anew
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
     def _is_lost(self, exc: Exception, conn: Any) -> bool:
         if not isinstance(exc, psycopg.Error):
             return False

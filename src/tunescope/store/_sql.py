@@ -46,7 +46,7 @@ from tunescope.store._codec import (
 from tunescope.store._contract import CHUNK_SAMPLES, Store
 from tunescope.store._heal import Lost, retrying
 from tunescope.store._kept_usage import KeptUsageMixin
-from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo
+from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo, Window
 from tunescope.store._pages import EVENT_COLS, PagesMixin, event_from_row, scalar_from_row
 from tunescope.store._pages import json_or as _loads
 from tunescope.store._retention import RollupsMixin
@@ -148,6 +148,9 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, KeptUsageMixin, Store, abc
         """The project that run names, run lists and new runs refer to unless a call names
         another."""
         self._lock = threading.RLock()
+        self._held: Any = None
+        """The cursor of the read snapshot the thread holding the lock is in (see
+        :meth:`_snapshot`), else None."""
         self._conn: Any = None
         self._closed = False
         self._retry_at = 0.0
@@ -215,8 +218,14 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, KeptUsageMixin, Store, abc
     @contextlib.contextmanager
     def _tx(self, write: bool = False) -> Iterator[Any]:
         """One transaction; driver errors become StoreErrors and roll everything back. A lost
-        connection raises :class:`Lost` (retried once by :func:`retrying`)."""
+        connection raises :class:`Lost` (retried once by :func:`retrying`). Inside
+        :meth:`_snapshot`, the snapshot's own transaction (reads only)."""
         with self._lock:
+            if self._held is not None:
+                if write:
+                    raise AssertionError("a write inside a read snapshot")
+                yield self._held
+                return
             if self._closed:
                 raise StoreError(f"store {self.url} is closed")
             conn = self._connection()
@@ -248,6 +257,46 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, KeptUsageMixin, Store, abc
                 if mapped is not None:
                     raise mapped from exc
                 raise
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Reads that must agree with one another, as one read transaction on one snapshot
+        of the database: a series' chunks and its pending rows, between which a concurrent
+        pack (a writer closing, a server packing an ended trial) moves samples, so that
+        reading them apart could miss them (or, in the other order, count them twice). Every
+        :meth:`_tx` of this thread inside is that transaction. SQLite: a read transaction in
+        WAL mode sees one snapshot from its first read on; PostgreSQL: the transaction is
+        REPEATABLE READ, READ ONLY (which never fails on a conflict)."""
+        with self._lock:
+            if self._held is not None:
+                yield
+                return
+            with self._tx() as cur:
+                self._hold_snapshot(cur)
+                self._held = cur
+                try:
+                    yield
+                finally:
+                    self._held = None
+
+    def _hold_snapshot(self, cur: Any) -> None:
+        """Make the transaction just begun on ``cur`` one snapshot (see :meth:`_snapshot`);
+        a backend whose read transactions are not one by default says so here."""
+
+    @retrying
+    def read_samples(
+        self, series_id: int, start: float = -np.inf, end: float = np.inf
+    ) -> tuple[F64, F64]:
+        """As :meth:`Store.read_samples`, its chunks and pending rows read on one snapshot."""
+        with self._snapshot():
+            return super().read_samples(series_id, start, end)
+
+    @retrying
+    def window(self, series_id: int, start: float, end: float, points: int) -> Window:
+        """As :meth:`Store.window`, its rollups, chunks and pending rows read on one
+        snapshot."""
+        with self._snapshot():
+            return super().window(series_id, start, end, points)
 
     def _q(self, cur: Any, stmt: str, args: Sequence[Any] = ()) -> Any:
         cur.execute(self._sql(stmt), tuple(args))
@@ -1279,7 +1328,7 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, KeptUsageMixin, Store, abc
     def series_extent(self, series_id: int) -> tuple[float, float, int] | None:
         """As :meth:`Store.series_extent`; a series whose raw chunks were dropped in part
         answers from its hour rollups, which hold every packed sample."""
-        with self._tx() as cur:
+        with self._snapshot(), self._tx() as cur:
             r = self._q(
                 cur, "SELECT raw_from FROM series WHERE id = ?", (_sql_int(series_id),)
             ).fetchone()
@@ -1307,8 +1356,11 @@ class SQLStore(TokensMixin, PagesMixin, RollupsMixin, KeptUsageMixin, Store, abc
         """As :meth:`Store.latest`, in three statements for the whole trial (its series, the
         newest pending sample of each, the newest chunk's summary of each) and one for the
         bytes of the chunks that hold a series' newest sample (none is pending after it),
-        decoded together."""
-        tid = _sql_int(trial_id)
+        decoded together; all on one snapshot (see :meth:`_snapshot`)."""
+        with self._snapshot():
+            return self._latest(_sql_int(trial_id))
+
+    def _latest(self, tid: int) -> list[tuple[SeriesInfo, float, float]]:
         with self._tx() as cur:
             series = [
                 _series_from(r)

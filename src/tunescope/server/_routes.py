@@ -165,7 +165,14 @@ def api_router(store: PooledStore, findings: FindingsCache | None = None) -> API
     ``/metrics``; by default one of the routes' own with the default thresholds."""
     router = APIRouter()
     c = _Shared(store, findings if findings is not None else FindingsCache(store))
-    for add in (_project_routes, _run_routes, _trial_routes, _trial_data_routes):
+    for add in (
+        _project_routes,
+        _usage_routes,
+        _run_routes,
+        _trial_routes,
+        _trial_data_routes,
+        _trial_scalar_routes,
+    ):
         add(router, c)
     return router
 
@@ -183,7 +190,7 @@ class _Shared:
 
 
 def _project_routes(router: APIRouter, c: _Shared) -> None:
-    """The catalog, the projects, the runs list and usage across runs."""
+    """The catalog, the projects and the runs list."""
     store, findings = c.store, c.findings
 
     @router.get("/metrics", response_model=list[MetricOut], summary="The metric catalog")
@@ -219,6 +226,11 @@ def _project_routes(router: APIRouter, c: _Shared) -> None:
             counts = finding_counts(findings.run(trials, deadline))
             out.append(run_json(r, duration, peak, counts))
         return _json(out)
+
+
+def _usage_routes(router: APIRouter, c: _Shared) -> None:
+    """Usage across runs (docs/usage.md)."""
+    store, findings = c.store, c.findings
 
     @router.get(
         "/usage",
@@ -391,8 +403,7 @@ def _trial_routes(router: APIRouter, c: _Shared) -> None:
 
 
 def _trial_data_routes(router: APIRouter, c: _Shared) -> None:
-    """One trial's data: series windows, events and scalars (paged or binned), its
-    checkpoints."""
+    """One trial's series windows and its events (paged or binned)."""
     store = c.store
 
     @router.get(
@@ -462,6 +473,11 @@ def _trial_data_routes(router: APIRouter, c: _Shared) -> None:
         total = store.count_events(info.id, s, e, kinds=wanted)
         more = None if key is None else write_cursor("events", key)
         return _json(events_json(EventsWindow(s, e, total, events=page), more))
+
+
+def _trial_scalar_routes(router: APIRouter, c: _Shared) -> None:
+    """One trial's scalars (paged, or thinned for a chart) and its checkpoints."""
+    store = c.store
 
     @router.get(
         "/trials/{trial}/scalars",

@@ -6,7 +6,8 @@ contract): t = when it was sent, duration = end-to-end latency, value = TTFT, da
 TPOT, inter-token latencies, token counts from the server's ``usage``, the error. The
 engine's Prometheus page is scraped at 1 Hz into the level's ``serve.*`` series, once more
 before the first request and once after the level drained (so counters' growth over a level
-is exact).
+is exact); the first scrape inside a level comes :data:`FIRST_SCRAPE_S` after its start, so
+that a level shorter than the interval still shows the engine under its load (its queue).
 
 Timing: a request's clock starts just before its bytes are written; the first token is the
 first streamed chunk whose text (or chat delta content) is not empty; TTFT, ITL and E2EL are
@@ -58,6 +59,8 @@ MAX_ITL = 4096
 """Inter-token latencies kept per request."""
 SCRAPE_S = 1.0
 """Seconds between scrapes of the engine's metrics."""
+FIRST_SCRAPE_S = 0.25
+"""Seconds from a level's start to its first scrape under load (then every SCRAPE_S)."""
 DRAIN_WAIT_S = 3.0
 """How long the final scrape of a level waits for the engine to report no running request."""
 PROBE_TIMEOUT_S = 10.0
@@ -532,7 +535,7 @@ class _Level:
         return self._keep(await self._read_page(conn))
 
     async def _scraper(self, conn: Connection, done: asyncio.Event) -> None:
-        nxt = time.monotonic() + SCRAPE_S
+        nxt = time.monotonic() + FIRST_SCRAPE_S
         while not done.is_set():
             try:
                 await asyncio.wait_for(done.wait(), max(0.0, nxt - time.monotonic()))

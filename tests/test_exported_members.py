@@ -89,6 +89,7 @@ PUBLIC = {
         "Trial",
         "current_trial",
         "start_sampler",
+        "sampler_env",
         "SamplerHandle",
         "Supervised",
         "MAX_RESTARTS",

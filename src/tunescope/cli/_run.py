@@ -53,7 +53,7 @@ from typing import IO, Any
 
 import tunescope._protocol as protocol
 from tunescope import _clock
-from tunescope._env import ENV_SAMPLER_SPEC, ENV_STORE_FILE
+from tunescope._env import ENV_SAMPLER_SPEC
 from tunescope._names import default_run_name
 from tunescope.collect import OomWatch, end_of, give_terminal, spawn, terminal_is_ours
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError, StoreUnavailable
@@ -69,6 +69,7 @@ from tunescope.record import (
     held_since,
     job_key,
     own_group,
+    sampler_env,
     start_sampler,
     trial_env,
 )
@@ -78,7 +79,6 @@ from tunescope.store import (
     TrialSpec,
     Writer,
     absolute_url,
-    file_id,
     new_key,
     open_store,
     os_user,
@@ -251,12 +251,9 @@ def run_command(
             "the command starts, its data waits in the spool until the store is back",
             file=sys.stderr,
         )
-    env = dict(os.environ)
-    env.update(trial_env(url, run_name, spec.key, interval, trial_id=tid))
-    env[ENV_SAMPLER_SPEC] = spec.to_json()
-    env.pop(ENV_STORE_FILE, None)
-    if (fid := file_id(url)) is not None:
-        env[ENV_STORE_FILE] = fid
+    env = sampler_env(
+        spec, url, {**os.environ, **trial_env(url, run_name, spec.key, interval, trial_id=tid)}
+    )
     node = job is not None and not job.primary
     return _Wrapper(cmd, url, spec, env, node=node).run()
 

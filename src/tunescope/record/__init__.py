@@ -82,6 +82,7 @@ from tunescope.record._launch import (
     Supervised,
     held_since,
     own_group,
+    sampler_env,
     start_sampler,
 )
 from tunescope.record._mode import MODES, check_mode, disabled
@@ -120,6 +121,7 @@ __all__ = [
     "own_group",
     "process_rank",
     "run",
+    "sampler_env",
     "start_sampler",
     "trial_env",
 ]

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 import tunescope._protocol as protocol
@@ -35,7 +36,15 @@ from tunescope._env import ENV_SAMPLER_SPEC, ENV_STORE, ENV_STORE_FILE
 from tunescope.record._safety import LOG
 from tunescope.store import Batch, TrialEnd, TrialSpec, file_id
 
-__all__ = ["MAX_RESTARTS", "SamplerHandle", "Supervised", "end_line", "own_group", "start_sampler"]
+__all__ = [
+    "MAX_RESTARTS",
+    "SamplerHandle",
+    "Supervised",
+    "end_line",
+    "own_group",
+    "sampler_env",
+    "start_sampler",
+]
 
 MAX_RESTARTS = 3
 HELD_S = 1.5
@@ -238,6 +247,22 @@ def _reader(stream: IO[bytes], ready: threading.Event) -> None:
             pass
 
 
+def sampler_env(
+    spec: TrialSpec, store_url: str, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``env`` (default: this process's) as a trial's sampler takes it: the store, the
+    trial's spec (to create the trial where the store has not seen it), and for a SQLite store
+    the file the trial began in, so that the sampler writes into that file or none (see
+    ``tunescope/_protocol.py``)."""
+    out = dict(os.environ if env is None else env)
+    out[ENV_STORE] = store_url
+    out[ENV_SAMPLER_SPEC] = spec.to_json()
+    out.pop(ENV_STORE_FILE, None)
+    if (fid := file_id(store_url)) is not None:
+        out[ENV_STORE_FILE] = fid
+    return out
+
+
 def start_sampler(
     store_url: str,
     spec: TrialSpec,
@@ -258,12 +283,7 @@ def start_sampler(
     cmd = protocol.sampler_command(
         spec.key, interval, pid=pid, gap_since=gap_since, node=node, module=module
     )
-    env = dict(os.environ)
-    env[ENV_STORE] = store_url
-    env[ENV_SAMPLER_SPEC] = spec.to_json()
-    env.pop(ENV_STORE_FILE, None)
-    if (fid := file_id(store_url)) is not None:
-        env[ENV_STORE_FILE] = fid
+    env = sampler_env(spec, store_url)
     err: IO[bytes] | None = None
     try:
         err = tempfile.TemporaryFile(prefix="tunescope-sampler-")  # noqa: SIM115 (kept open)

@@ -21,7 +21,6 @@ A second run, named with markup, checks that names are shown as text.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from http_helpers import free_port
 from tunescope.metrics import GIB
 from tunescope.store import Event, Scalar, Store, open_store
 
@@ -351,12 +351,6 @@ class LiveWriter(threading.Thread):
 
 
 # ---------------------------------------------------------------------------------- server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 SERVE = """
 import sys, uvicorn
 from tunescope.server import create_app

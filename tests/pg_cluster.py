@@ -14,7 +14,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from http_helpers import free_port
 
 __all__ = ["PrivateCluster", "available", "private_cluster"]
 
@@ -44,12 +45,6 @@ def available() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PrivateCluster:
     """One PostgreSQL server in a temporary directory. :attr:`url` connects as postgres."""
 
@@ -57,7 +52,7 @@ class PrivateCluster:
         bindir = _bin()
         assert bindir is not None
         self.bindir = bindir
-        self.port = _free_port()
+        self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="tunescope-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from browser_helpers import ROOT, Server, ensure_built, free_port, serve
+from browser_helpers import ROOT, Server, ensure_built, serve
+from http_helpers import free_port
 from tunescope.server._session import SESSION_COOKIE
 from tunescope.store import open_store
 from tunescope.store._sql import SQLStore

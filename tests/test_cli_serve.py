@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from browser_helpers import free_port
+from http_helpers import free_port
 from tunescope.store import open_store
 from tunescope.store._sql import SQLStore
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import tunescope.record as ts
+from http_helpers import free_port
 from tunescope.store import Store, TrialInfo
 
 STEPS = 10
@@ -66,12 +66,6 @@ TRAIN = """
         train(ts.current_trial())
     dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def torchrun(script: Path, *args: str) -> list[str]:

@@ -9,7 +9,6 @@ gets the trial from rank 0 rather than waiting for it)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from http_helpers import free_port
 from tunescope.analyze import findings_for_trial
 from tunescope.collect._loop import STARVED
 from tunescope.store import open_store
@@ -76,12 +76,6 @@ NODE = """
             break
     sys.exit(code)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_node(

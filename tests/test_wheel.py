@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 import tunescope
-from browser_helpers import ROOT, ensure_built, free_port
+from browser_helpers import ROOT, ensure_built
+from http_helpers import free_port
 
 pytest_plugins = ["browser_fixtures"]
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tunescope.store import open_store
-from tunescope.store._sql import SQLStore
+from tunescope.store.sql._sql import SQLStore
 
 _SERVE = textwrap.dedent(
     """

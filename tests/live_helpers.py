@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tunescope.metrics import metric
 from tunescope.server._live import base_value
 from tunescope.store import Store, open_store
-from tunescope.store._sql import SQLStore
+from tunescope.store.sql._sql import SQLStore
 
 PROJECTS = ("vision", "nlp")
 

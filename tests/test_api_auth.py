@@ -16,7 +16,7 @@ from tunescope.server import ApiError, create_app
 from tunescope.server._app import release_store
 from tunescope.server._auth import MAX_FAILURES, Principal, require_write
 from tunescope.store import Event, Scalar, open_store
-from tunescope.store._sql import SQLStore
+from tunescope.store.sql._sql import SQLStore
 
 PROJECTS = ("vision", "nlp")
 

@@ -24,8 +24,8 @@ from hypothesis.errors import Unsatisfiable
 from test_api_auth import fill
 from tunescope.server import create_app, release_store
 from tunescope.store import open_store
-from tunescope.store._sql import SQLStore
-from tunescope.store.wire import CALLS, REQUIRED
+from tunescope.store.remote.wire import CALLS, REQUIRED
+from tunescope.store.sql._sql import SQLStore
 
 schemathesis = pytest.importorskip("schemathesis")  # the dev extra
 

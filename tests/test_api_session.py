@@ -17,7 +17,7 @@ from tunescope.server import create_app
 from tunescope.server._app import release_store
 from tunescope.server._session import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE
 from tunescope.store import open_store
-from tunescope.store._sql import SQLStore
+from tunescope.store.sql._sql import SQLStore
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from browser_helpers import ROOT, Server, ensure_built, serve
 from http_helpers import free_port
 from tunescope.server._session import SESSION_COOKIE
 from tunescope.store import open_store
-from tunescope.store._sql import SQLStore
+from tunescope.store.sql._sql import SQLStore
 
 pytest_plugins = ["browser_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -17,7 +17,7 @@ import pytest
 
 from store_helpers import damage_chunk
 from tunescope.store import CHUNK_SAMPLES, Event, open_store
-from tunescope.store._schema import SCHEMA_VERSION
+from tunescope.store.sql._schema import SCHEMA_VERSION
 
 
 def cli(

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import PG_URL
 from tunescope.store import open_store
-from tunescope.store._schema import SCHEMA_VERSION
+from tunescope.store.sql._schema import SCHEMA_VERSION
 
 # (id, args, a telling part of the one error line); the id's first word is the category
 CASES: list[tuple[str, list[str], str]] = [

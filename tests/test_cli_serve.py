@@ -18,7 +18,7 @@ import pytest
 
 from http_helpers import free_port
 from tunescope.store import open_store
-from tunescope.store._sql import SQLStore
+from tunescope.store.sql._sql import SQLStore
 
 pytestmark = pytest.mark.slow
 

@@ -80,7 +80,7 @@ def test_a_damaged_frame_costs_that_frame_and_sync_says_so(
     """Bytes flipped in a middle frame (or its length, or the frame cut off mid-file): `sync`
     writes every other frame, keeps the damaged bytes in rejected/, names the count and
     exits 1."""
-    from tunescope.store._spool import SpoolFile, spool_dir
+    from tunescope.store.produce._spool import SpoolFile, spool_dir
 
     open_store(sqlite_url).close()
     spec = TrialSpec(key=new_key(), run="damaged", name="t", start=T0)
@@ -118,7 +118,7 @@ def test_a_damaged_frame_costs_that_frame_and_sync_says_so(
 def test_runs_says_the_token_was_refused(sqlite_url: str, spool: Path) -> None:
     """A writer whose token the server refused left a note in the spool folder: `runs`
     says so, and what to do."""
-    from tunescope.store._spool import note_refused, spool_dir
+    from tunescope.store.produce._spool import note_refused, spool_dir
 
     _spooled(sqlite_url, spool, 2)
     note_refused(spool_dir(sqlite_url, spool), "http://x/p refused the token: unauthorized")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tunescope.store import open_store
-from tunescope.store._sql import SQLStore
+from tunescope.store.sql._sql import SQLStore
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

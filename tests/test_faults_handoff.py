@@ -20,7 +20,7 @@ from tunescope._once import Once
 from tunescope.collect._loop import StdinWatch, StopSignal
 from tunescope.record._launch import end_line
 from tunescope.store import Batch, TrialEnd, open_store
-from tunescope.store._writer import Writer
+from tunescope.store.produce._writer import Writer
 
 pytestmark = [pytest.mark.faults]
 

@@ -39,9 +39,9 @@ from fault_helpers import (
 from pg_cluster import PrivateCluster, private_cluster
 from tunescope.collect._main import READY_WAIT_S
 from tunescope.store import Batch, TrialSpec, new_key, open_store
-from tunescope.store._spool import SpoolFile, pending, spool_dir
-from tunescope.store._sql import SQLStore
-from tunescope.store._writer import Writer
+from tunescope.store.produce._spool import SpoolFile, pending, spool_dir
+from tunescope.store.produce._writer import Writer
+from tunescope.store.sql._sql import SQLStore
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from tunescope._kept import Kept
-from tunescope.store import Batch, TrialSpec, _sql, new_key, open_store
+from tunescope.store import Batch, TrialSpec, new_key, open_store
+from tunescope.store.sql import _sql
 
 
 def test_it_forgets_the_least_recently_used_first() -> None:

@@ -15,7 +15,8 @@ import tunescope.record as ts
 from fault_helpers import wait_for
 from tunescope.errors import ConfigError, Rejected, StoreError, StoreUnavailable
 from tunescope.record import _state
-from tunescope.store import Batch, Store, TrialSpec, _writer, new_key, open_store, replay, spool_dir
+from tunescope.store import Batch, Store, TrialSpec, new_key, open_store, replay, spool_dir
+from tunescope.store.produce import _writer
 
 LOGGER = "tunescope.record"
 

@@ -35,8 +35,8 @@ from tunescope.analyze._report_md import markdown
 from tunescope.errors import Conflict
 from tunescope.server._auth import MAX_FAILURES
 from tunescope.store import Batch, Scalar, TrialSpec, open_store
-from tunescope.store._sql import SQLStore
-from tunescope.store.wire import PROJECT_HEADER
+from tunescope.store.remote.wire import PROJECT_HEADER
+from tunescope.store.sql._sql import SQLStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -382,8 +382,8 @@ def test_a_version_6_databases_batches_migrate_into_their_projects(
     is taken as the same), and the same id in another project a batch of its own."""
     from contextlib import closing
 
-    from tunescope.store import _sql
-    from tunescope.store._schema import SCHEMA_VERSION
+    from tunescope.store.sql import _sql
+    from tunescope.store.sql._schema import SCHEMA_VERSION
 
     monkeypatch.setattr(_sql, "SCHEMA_VERSION", 6)
     with closing(open_store(store_url)) as old:

@@ -32,7 +32,7 @@ from conftest import PG_URL, pg_schema
 from http_helpers import free_port, make_token
 from tunescope.server import _limits, _queries
 from tunescope.store import MAX_BATCH_BYTES, Batch, TrialSpec, new_key, open_store
-from tunescope.store._http import HttpStore
+from tunescope.store.remote._http import HttpStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -20,7 +20,7 @@ from tunescope.store import (
     new_key,
     open_store,
 )
-from tunescope.store._batch import EventRow
+from tunescope.store.produce._batch import EventRow
 
 T0 = 1_700_000_000.0
 

@@ -1,8 +1,9 @@
 """Rule 1 of issue 18: a batch is set aside only on proof that it is wrong. One function,
 ``classify``, decides for every writer; the drivers' errors are translated to our classes at
-the boundary (``_postgres.py``, ``_sqlite.py``, ``_client.py``). A test per class: real driver
-exceptions (provoked for real where it is cheap, else built with their SQLSTATE or result
-code), and what the Writer and replay do with each verdict."""
+the boundary (``store/sql/_postgres.py``, ``store/sql/_sqlite.py``,
+``store/remote/_client.py``). A test per class: real driver exceptions (provoked for real
+where it is cheap, else built with their SQLSTATE or result code), and what the Writer and
+replay do with each verdict."""
 
 from __future__ import annotations
 
@@ -30,11 +31,11 @@ from tunescope.errors import (
     StoreUnavailable,
 )
 from tunescope.store import Batch, TrialEnd, TrialSpec, new_key, open_store
-from tunescope.store._client import INGEST_PATH, Client
-from tunescope.store._postgres import PostgresStore
-from tunescope.store._spool import classify, replay, spool_dir
-from tunescope.store._sqlite import SQLiteStore
-from tunescope.store._writer import Writer
+from tunescope.store.produce._spool import classify, replay, spool_dir
+from tunescope.store.produce._writer import Writer
+from tunescope.store.remote._client import INGEST_PATH, Client
+from tunescope.store.sql._postgres import PostgresStore
+from tunescope.store.sql._sqlite import SQLiteStore
 
 T0 = 1_700_000_000.0
 
@@ -399,7 +400,7 @@ def test_the_writer_retries_what_is_not_proven_wrong(
 def test_replay_sets_aside_only_rejected_and_keeps_the_rest(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    from tunescope.store._spool import SpoolFile
+    from tunescope.store.produce._spool import SpoolFile
 
     root = tmp_path / "spool"
     sp = spec()

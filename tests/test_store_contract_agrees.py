@@ -1,9 +1,9 @@
 """A store method is declared once, in the contract (``store/_contract.py::Store``); every
 backend, the pool, the HTTP store and the server's table of calls agree with it.
 
-The SQLite and PostgreSQL stores implement it, the pool (``store/_pool.py``) and the HTTP
-store (``store/_http.py``) pass it on (most of their methods made from the contract's), and
-the server serves the calls of ``store/wire.py::CALLS``, whose arguments are read from the
+The SQLite and PostgreSQL stores implement it, the pool (``store/sql/_pool.py``) and the HTTP
+store (``store/remote/_http.py``) pass it on (most of their methods made from the contract's), and
+the server serves the calls of ``store/remote/wire.py::CALLS``, whose arguments are read from the
 contract's signatures. These tests fail when one of them lacks a contract method or takes
 it with another signature (the names, kinds and defaults of its parameters, their types as
 ``typing.get_type_hints`` reads them), and when the HTTP store sends a call the server does
@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from tunescope.store import PooledStore, SQLStore, Store
-from tunescope.store._http import HttpStore
-from tunescope.store._postgres import PostgresStore
-from tunescope.store._sqlite import SQLiteStore
-from tunescope.store.wire import CALLS, REQUIRED
+from tunescope.store.remote._http import HttpStore
+from tunescope.store.remote.wire import CALLS, REQUIRED
+from tunescope.store.sql._postgres import PostgresStore
+from tunescope.store.sql._sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
-HTTP_SOURCE = ROOT / "src" / "tunescope" / "store" / "_http.py"
+HTTP_SOURCE = ROOT / "src" / "tunescope" / "store" / "remote" / "_http.py"
 
 BACKENDS: list[type[Store]] = [SQLiteStore, PostgresStore, HttpStore, PooledStore]
 

@@ -40,8 +40,8 @@ from tunescope.store import (
     open_store,
     project_of,
 )
-from tunescope.store._http import HttpStore
 from tunescope.store._url import http_target
+from tunescope.store.remote._http import HttpStore
 
 T0 = 1_700_000_000.0
 

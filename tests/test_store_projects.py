@@ -10,8 +10,8 @@ import pytest
 
 from tunescope.errors import ConfigError, Conflict, NotFound
 from tunescope.store import Batch, Store, TrialSpec, new_key, open_store
-from tunescope.store._sql import SQLStore
-from tunescope.store._tokens import digest
+from tunescope.store.sql._sql import SQLStore
+from tunescope.store.sql._tokens import digest
 
 T0 = 1_700_000_000.0
 

@@ -16,10 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store_helpers import check_window_exact
-from tunescope.store import CHUNK_SAMPLES, Store, _sql, open_store
+from tunescope.store import CHUNK_SAMPLES, Store, open_store
 from tunescope.store._codec import F64
 from tunescope.store._model import Window
-from tunescope.store._schema import SCHEMA_VERSION
+from tunescope.store.sql import _sql
+from tunescope.store.sql._schema import SCHEMA_VERSION
 
 T0 = 1_700_000_017.0  # not on a minute
 

@@ -22,12 +22,12 @@ from tunescope.store import (
     Scalar,
     TrialEnd,
     TrialSpec,
-    _sql,
     check_url,
     open_store,
     resolve_url,
 )
-from tunescope.store._schema import SCHEMA_VERSION
+from tunescope.store.sql import _sql
+from tunescope.store.sql._schema import SCHEMA_VERSION
 
 DATA = Path(__file__).parent / "data"
 V1_DB = DATA / "v1.db"

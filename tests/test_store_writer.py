@@ -15,8 +15,8 @@ from fault_helpers import SqliteLock, wait_for
 from http_helpers import Server, make_token
 from tunescope.errors import Rejected, StoreUnavailable
 from tunescope.store import Batch, Store, TrialEnd, TrialInfo, TrialSpec, new_key, open_store
-from tunescope.store._spool import SpoolFile, pending, replay, spool_dir
-from tunescope.store._writer import Writer
+from tunescope.store.produce._spool import SpoolFile, pending, replay, spool_dir
+from tunescope.store.produce._writer import Writer
 
 T0 = 1_700_000_000.0
 
@@ -241,7 +241,7 @@ class Flaky:
 
 
 def _batch_ids(url: str, key: str) -> list[str]:
-    from tunescope.store._sql import SQLStore
+    from tunescope.store.sql._sql import SQLStore
 
     with open_store(url, create=False) as st:
         assert isinstance(st, SQLStore)
@@ -258,7 +258,7 @@ def test_no_step_kills_the_writer_thread(
 ) -> None:
     """Rule 3: an exception at each step of the writer's loop is logged once and the loop goes
     on; everything not proven wrong lands, once."""
-    import tunescope.store._writer as writer_mod
+    import tunescope.store.produce._writer as writer_mod
 
     real = open_store(sqlite_url)
     sp = spec()
@@ -396,7 +396,7 @@ def test_a_refused_token_stops_sending_and_keeps_everything_in_the_spool(
     batch in the spool (none dropped, none rejected), a note for `tunescope runs`; once the
     token is right, `sync` writes them all and the note goes."""
     from tunescope.cli._sync import spool_note
-    from tunescope.store._spool import REFUSED_NOTE
+    from tunescope.store.produce._spool import REFUSED_NOTE
 
     project = f"p{new_key()[:10]}"
     url = http_server.url(project)

@@ -38,7 +38,7 @@ from tunescope.store import (
     new_key,
     open_store,
 )
-from tunescope.store._sqlite import SQLiteStore
+from tunescope.store.sql._sqlite import SQLiteStore
 
 NOW = ut.DAY0 + 100 * 86400.0
 DIGEST = usage_digest(FindingSettings(), GPU_CATALOG)

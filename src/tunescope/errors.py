@@ -21,8 +21,8 @@ Hierarchy::
 Driver errors (sqlite3, psycopg, NVML) are translated into these at the boundary, so callers
 never catch a driver's exception. Writers set a batch aside only on :class:`Rejected`, stop
 sending on :class:`AccessDenied`, and wait and retry on every other error (``classify`` in
-``store/_spool.py``). The CLI turns them into one-line messages and exit codes; nothing below
-the CLI prints.
+``store/produce/_spool.py``). The CLI turns them into one-line messages and exit codes;
+nothing below the CLI prints.
 """
 
 from __future__ import annotations

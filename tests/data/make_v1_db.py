@@ -33,8 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tunescope.store._codec import encode, encode_blocks, to_stored
-from tunescope.store._schema import MIGRATIONS
-from tunescope.store._sqlite import SQLITE
+from tunescope.store.sql._schema import MIGRATIONS
+from tunescope.store.sql._sqlite import SQLITE
 
 F64 = npt.NDArray[np.float64]
 

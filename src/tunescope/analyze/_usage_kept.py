@@ -12,7 +12,7 @@ the whole trial), so cut days stay exact.
 Under a digest of what else the figures depend on (:func:`usage_digest`): the idle
 thresholds of the finding settings, the GPU catalog (models matched by memory), the
 definitions' constants and the tunescope version. The store answers a kept row only while
-its trial's data is as it was read (its data generation: see ``store/_kept_usage.py``), so
+its trial's data is as it was read (its data generation: see ``store/sql/_kept_usage.py``), so
 a late batch, a sample merged in, a compaction or dropped raw chunks mean it is computed again.
 """
 

@@ -11,7 +11,7 @@ Writes: every ``flush_every`` seconds (1 s) the buffered samples go to the write
 with the trial's heartbeat and, when the set grew, its pids (every pid ever seen in the tree).
 Batches are of this host (``Batch.host``), so each node of a multi-node trial writes its own
 series; the first one also says where the trial runs here (``collect/_where.py``).
-Handing a batch over never waits for the store: the writer (``store/_writer.py``) sends it
+Handing a batch over never waits for the store: the writer (``store/produce/_writer.py``) sends it
 from its own thread, and keeps it (in memory, then in the spool) while the store is away.
 """
 

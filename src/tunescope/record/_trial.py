@@ -214,7 +214,7 @@ class Trial:
 
     @property
     def key(self) -> str | None:
-        """The key the trial's writers name it by (see ``store/_batch.py``)."""
+        """The key the trial's writers name it by (see ``store/produce/_batch.py``)."""
         return self._key
 
     @property

@@ -10,7 +10,7 @@ Failures answer in the one error shape: 401 ``unauthorized`` (no token, an unkno
 expired one; with ``WWW-Authenticate: Bearer``), 403 ``forbidden`` (a read token that writes),
 429 ``too_many_attempts`` (after :data:`MAX_FAILURES` failed attempts with one token from one
 client within :data:`FAILURE_WINDOW_S`, for the rest of that window; with ``Retry-After``).
-Tokens are compared in constant time by the store (``store/_tokens.py``).
+Tokens are compared in constant time by the store (``store/sql/_tokens.py``).
 
 The rate limit never blocks a valid token. Failures are counted per (client address, first
 :data:`DIGEST_PREFIX` hex digits of the token's digest): a blocked pair is answered 429 without

@@ -54,7 +54,7 @@ _OPEN = frozenset({"/api/health"})
 
 _BATCH_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "one batch, as Batch.to_json writes it (store/_batch.py)",
+    "description": "one batch, as Batch.to_json writes it (store/produce/_batch.py)",
     "required": ["id", "trial"],
     "properties": {
         "id": {"type": "string"},
@@ -78,7 +78,7 @@ _BATCH_SCHEMA: dict[str, Any] = {
 
 _ARGS_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "the method's arguments by name (store/_contract.py; store/wire.py)",
+    "description": "the method's arguments by name (store/_contract.py; store/remote/wire.py)",
 }
 
 
@@ -114,7 +114,7 @@ def install(app: FastAPI) -> None:
 
 
 def _complete(app: FastAPI, doc: dict[str, Any]) -> None:
-    from tunescope.store.wire import CALLS
+    from tunescope.store.remote.wire import CALLS
 
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
     for path, ops in doc["paths"].items():

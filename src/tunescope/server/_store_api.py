@@ -1,8 +1,8 @@
-"""The store over HTTP: the routes an HTTP store (``store/_http.py``) talks to.
+"""The store over HTTP: the routes an HTTP store (``store/remote/_http.py``) talks to.
 
 ``POST /api/v1/store/{method}`` runs one method of the store contract on the server's store:
 the body is an object of its arguments by name, the answer ``{"result": …}``
-(``store/wire.py`` says how records, arrays and bytes travel). Only the methods of
+(``store/remote/wire.py`` says how records, arrays and bytes travel). Only the methods of
 ``wire.CALLS`` are served, each marked read or write (a write needs a write token), its
 arguments checked there against the contract's signature before the store sees them.
 Arguments named ``project``, ``run_id``, ``trial_id`` and ``series_id`` (and the ids inside
@@ -52,7 +52,7 @@ from tunescope.server._auth import Principal, principal_of, require_write
 from tunescope.server._errors import ApiError, invalid, not_found, store_message
 from tunescope.server._limits import Hold, InFlight, check_depth, read_body
 from tunescope.store import MAX_BATCH_BYTES, Batch, Store
-from tunescope.store.wire import CALLS, PROJECT_HEADER, dumps, loads, status_of
+from tunescope.store.remote.wire import CALLS, PROJECT_HEADER, dumps, loads, status_of
 
 __all__ = ["MAX_BODY_BYTES", "store_router"]
 

@@ -8,16 +8,6 @@ server (the token in ``$TUNESCOPE_TOKEN``). Precedence: the argument, then the
 
 from __future__ import annotations
 
-from tunescope.store._batch import (
-    MAX_BATCH_BYTES,
-    Batch,
-    EventRow,
-    SampleRow,
-    ScalarRow,
-    TrialEnd,
-    TrialSpec,
-    new_key,
-)
 from tunescope.store._checks import MAX_NAME_BYTES, MAX_TEXT_BYTES, check_json
 from tunescope.store._contract import CHUNK_SAMPLES, LOST_AFTER_S, Store
 from tunescope.store._export import (
@@ -42,19 +32,6 @@ from tunescope.store._model import (
     Window,
 )
 from tunescope.store._open import open_store
-from tunescope.store._pool import PooledStore
-from tunescope.store._retention import RetentionReport
-from tunescope.store._spool import (
-    ReplayStats,
-    classify,
-    pending,
-    refused,
-    replay,
-    spool_dir,
-    spool_root,
-)
-from tunescope.store._sql import MAX_SERIES, SQLStore
-from tunescope.store._tokens import digest as token_digest
 from tunescope.store._url import (
     DEFAULT_STORE,
     absolute_url,
@@ -66,7 +43,30 @@ from tunescope.store._url import (
     redact,
     resolve_url,
 )
-from tunescope.store._writer import Writer
+from tunescope.store.produce._batch import (
+    MAX_BATCH_BYTES,
+    Batch,
+    EventRow,
+    SampleRow,
+    ScalarRow,
+    TrialEnd,
+    TrialSpec,
+    new_key,
+)
+from tunescope.store.produce._spool import (
+    ReplayStats,
+    classify,
+    pending,
+    refused,
+    replay,
+    spool_dir,
+    spool_root,
+)
+from tunescope.store.produce._writer import Writer
+from tunescope.store.sql._pool import PooledStore
+from tunescope.store.sql._retention import RetentionReport
+from tunescope.store.sql._sql import MAX_SERIES, SQLStore
+from tunescope.store.sql._tokens import digest as token_digest
 
 __all__ = [
     "CHUNK_SAMPLES",

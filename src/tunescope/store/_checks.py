@@ -1,6 +1,6 @@
 """The one set of checks of JSON values, for everything the store takes from outside: a
 batch's JSON (:meth:`~tunescope.store.Batch.from_json`, the ingest and the spool) and the
-arguments of a store call over HTTP (``wire.py``'s call table, which a server checks a body
+arguments of a store call over HTTP (``remote/wire.py``'s call table, which a server checks a body
 against before its store sees it).
 
 A check takes a value and what it is (for the message) and returns the value as the store

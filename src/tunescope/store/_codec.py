@@ -36,7 +36,7 @@ Encoding refuses, with ValueError, what it cannot give back exactly: times beyon
 :data:`MAX_ABS_TIME_S` of the epoch (or not finite), finite values beyond float32's range
 (infinities and NaN are float32 values, kept bit for bit); and bad input (unsorted times, no
 samples), a programming error. Batches are checked against the same ranges before they reach
-a store (``_batch.py``), so a stored sample is always one the codec can pack. Decoding
+a store (``produce/_batch.py``), so a stored sample is always one the codec can pack. Decoding
 bytes that are not what encoding made (a damaged database) raises
 :class:`~tunescope.errors.CorruptData` with a one-line message, never ValueError, zlib.error,
 lzma.LZMAError or struct.error; the store then skips that chunk (see ``Store.window``).

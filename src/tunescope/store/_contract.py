@@ -47,7 +47,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tunescope.errors import CorruptData
-from tunescope.store._batch import Batch
 from tunescope.store._codec import F64, check_chunks, decode, decode_blocks_many, decode_many
 from tunescope.store._model import (
     Bucket,
@@ -61,6 +60,7 @@ from tunescope.store._model import (
     Window,
 )
 from tunescope.store._rollup import LEVELS, plan
+from tunescope.store.produce._batch import Batch
 
 __all__ = ["CHUNK_SAMPLES", "LOST_AFTER_S", "Store"]
 

@@ -56,7 +56,7 @@ class TrialInfo:
     error: str | None
     interval: float
     key: str = ""
-    """The key the trial's writers name it by (see ``store/_batch.py``)."""
+    """The key the trial's writers name it by (see ``store/produce/_batch.py``)."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def open_store(
     or the server (PostgreSQL) before it raises StoreUnavailable. ``project``: what run names
     refer to (else ``$TUNESCOPE_PROJECT``, else ``default``).
 
-    ``http(s)://HOST:PORT/PROJECT`` opens an :class:`~tunescope.store._http.HttpStore` on a
+    ``http(s)://HOST:PORT/PROJECT`` opens an :class:`~tunescope.store.remote._http.HttpStore` on a
     tunescope server with the token in ``$TUNESCOPE_TOKEN``: its project is the URL's
     (``project`` is not used), the server's store is never created by a client, and nothing
     is sent until the first call (``readonly`` and ``create`` change nothing).
@@ -41,15 +41,15 @@ def open_store(
     scheme, rest = parse(target)
     project = project or os.environ.get(ENV_PROJECT) or "default"
     if scheme in ("http", "https"):
-        from tunescope.store._http import HttpStore
+        from tunescope.store.remote._http import HttpStore
 
         return HttpStore(target, timeout=timeout)
     if scheme == "sqlite":
-        from tunescope.store._sqlite import SQLiteStore
+        from tunescope.store.sql._sqlite import SQLiteStore
 
         return SQLiteStore(rest, readonly=readonly, create=create, timeout=timeout, project=project)
     try:
-        from tunescope.store._postgres import PostgresStore
+        from tunescope.store.sql._postgres import PostgresStore
     except ImportError as exc:
         raise ConfigError(
             f"store URL {redact(target)!r} needs the PostgreSQL driver: "

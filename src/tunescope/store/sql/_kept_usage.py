@@ -8,7 +8,7 @@ read) and asks for them back (:meth:`KeptUsageMixin.kept_usage`).
 
 Never stale, by a generation: every trial has a ``data_gen`` counter that each transaction
 writing what a trial's usage is read from raises, in that same transaction (:meth:`_touch`):
-a batch of the trial (:meth:`~tunescope.store._sql.SQLStore.write`: a late one from a spool
+a batch of the trial (:meth:`~tunescope.store.sql._sql.SQLStore.write`: a late one from a spool
 too), samples appended to its series, a series created, the trial's row updated, its pending
 samples packed into chunks, its series rolled up or its raw chunks dropped (the packing and the
 rollups change how a long series is read in buckets). Events and scalars are not read by the
@@ -32,13 +32,13 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tunescope.store._heal import retrying
+from tunescope.store.sql._heal import retrying
 
 __all__ = ["KeptUsageMixin"]
 
 
 class KeptUsageMixin:
-    """Kept usage for :class:`~tunescope.store._sql.SQLStore`."""
+    """Kept usage for :class:`~tunescope.store.sql._sql.SQLStore`."""
 
     # provided by SQLStore
     _tx: Any

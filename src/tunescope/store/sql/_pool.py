@@ -21,7 +21,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from tunescope.errors import StoreError, StoreUnavailable
 from tunescope.store._contract import Store
 from tunescope.store._model import SeriesInfo
-from tunescope.store._sql import SQLStore
+from tunescope.store.sql._sql import SQLStore
 
 __all__ = ["PooledStore"]
 

@@ -15,7 +15,7 @@ routes (``server/_store_api.py``) exchange, written once for both sides.
   code names the :class:`~tunescope.errors.StoreError` subclass (:data:`CODES`), which the
   client raises again.
 * **Calls** (:data:`CALLS`): the contract methods served, each with the checks of its
-  arguments (the store's one set, ``_checks.py``), whether it writes, and how its result
+  arguments (the store's one set, ``store/_checks.py``), whether it writes, and how its result
   travels both ways. Their arguments' names and defaults are read from the contract
   (:class:`~tunescope.store.Store`), never written twice.
 """
@@ -483,6 +483,6 @@ CALLS: dict[str, Call] = {
         Call("corrupt_series", {}, _list(_skipped)),
     )
 }
-"""The contract methods served, by name (``_contract.py`` documents each). The server's
+"""The contract methods served, by name (``store/_contract.py`` documents each). The server's
 store routes (``server/_store_api.py``) serve these and no other; an HTTP store
 (``_http.py``) sends these and no other."""

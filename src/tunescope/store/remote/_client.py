@@ -34,7 +34,7 @@ from urllib.parse import quote
 from tunescope._env import ENV_CA_BUNDLE, ENV_TOKEN
 from tunescope.errors import AccessDenied, ConfigError, Rejected, StoreError, StoreUnavailable
 from tunescope.store._url import http_target
-from tunescope.store.wire import PROJECT_HEADER, error_of, loads
+from tunescope.store.remote.wire import PROJECT_HEADER, error_of, loads
 
 __all__ = ["IDLE_REUSE_S", "INGEST_PATH", "TIMEOUT_S", "Client"]
 

@@ -5,7 +5,7 @@ Every contract method is one request to the server's store routes (``POST
 token's project; derived queries (windows, events, ``read_samples``) run there too, so each
 costs one request. :meth:`HttpStore.write` posts the batch, gzip-compressed, to ``POST
 /api/v1/ingest``: one request per batch, written there exactly once by its id; a batch
-larger than a server takes (:data:`~tunescope.store._batch.MAX_BATCH_BYTES`) goes in parts.
+larger than a server takes (:data:`~tunescope.store.produce._batch.MAX_BATCH_BYTES`) goes in parts.
 
 * **Credentials.** The token comes from ``$TUNESCOPE_TOKEN`` (read when the store is opened),
   never from the URL or a command line, and is never shown: a refused or missing token is an
@@ -45,13 +45,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 import numpy as np
 
 from tunescope.errors import Rejected, StoreError
-from tunescope.store._batch import MAX_BATCH_BYTES, Batch
 from tunescope.store._checks import check_row
-from tunescope.store._client import INGEST_PATH, Client
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store
 from tunescope.store._model import Event, Scalar, SeriesInfo, Window
-from tunescope.store.wire import CALLS, doc, dumps
+from tunescope.store.produce._batch import MAX_BATCH_BYTES, Batch
+from tunescope.store.remote._client import INGEST_PATH, Client
+from tunescope.store.remote.wire import CALLS, doc, dumps
 
 __all__ = ["HttpStore"]
 

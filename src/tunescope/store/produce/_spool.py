@@ -50,8 +50,8 @@ from typing import IO, Literal
 
 from tunescope._env import ENV_SPOOL
 from tunescope.errors import AccessDenied, Conflict, CorruptData, Rejected, StoreUnavailable
-from tunescope.store._batch import Batch
 from tunescope.store._url import redact
+from tunescope.store.produce._batch import Batch
 
 __all__ = [
     "FSYNC_EVERY_S",
@@ -122,8 +122,8 @@ def classify(exc: BaseException) -> Verdict:
       timeout, a bug of ours. The batch waits (in memory, then in the spool) and is sent
       again.
 
-    Drivers' errors are translated to these classes where they are raised (``_postgres.py``,
-    ``_sqlite.py``, ``_client.py``); this function looks at our classes only."""
+    Drivers' errors are translated to these classes where they are raised (``sql/_postgres.py``,
+    ``sql/_sqlite.py``, ``remote/_client.py``); this function looks at our classes only."""
     if isinstance(exc, (Rejected, Conflict)):
         return "rejected"
     if isinstance(exc, AccessDenied):

@@ -31,8 +31,8 @@ from typing import Any
 from urllib.parse import quote
 
 from tunescope.errors import NotFound, Rejected, SchemaError, StoreError, StoreUnavailable
-from tunescope.store._sql import Dialect, SQLStore
 from tunescope.store._url import sqlite_url
+from tunescope.store.sql._sql import Dialect, SQLStore
 
 SQLITE = Dialect(
     name="sqlite",

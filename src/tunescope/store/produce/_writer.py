@@ -4,14 +4,14 @@
 A producer :meth:`Writer.put`\\ s batches and goes on: ``put`` never blocks and never raises. A
 thread of the writer's own sends them, in order, through :meth:`Store.write` (so each lands
 exactly once, whatever is retried). What happens to a batch that fails is decided by
-:func:`~tunescope.store._spool.classify`, the one policy of every writer:
+:func:`~tunescope.store.produce._spool.classify`, the one policy of every writer:
 
 * **retry** (everything not proven wrong: a lost connection, a lock, a stopped, read-only or
   full database, 5xx/429, a timeout, a trial not created yet, a bug of ours): the batch is
   kept and sent again after a back-off (0.1 s doubling to 1 s). While the store stays away,
   batches wait in memory until they hold :data:`MEMORY_ITEMS` items or the oldest has waited
   :data:`SPILL_AFTER_S` seconds; then everything waiting goes to this writer's spool file
-  (``store/_spool.py``), and is sent from there, oldest first, once the store is back. A
+  (``store/produce/_spool.py``), and is sent from there, oldest first, once the store is back. A
   store that answers NotFound for the writer's own trial (a team server restarted on another
   database) gets the trial's spec again with the next attempt, so the trial is re-created.
 * **refused** (the server refuses the token: 401/403): the writer stops sending, moves what it
@@ -23,7 +23,7 @@ exactly once, whatever is retried). What happens to a batch that fails is decide
 Every spool append is checked (``SpoolFile.append``): when the spool cannot be written (a full
 or read-only disk), the batches stay in memory (up to :data:`HARD_ITEMS`), one warning says so,
 and the spool is tried again every :data:`SPOOL_RETRY_S`. Appended frames are fsynced right
-after, outside the lock (:data:`~tunescope.store._spool.FSYNC_EVERY_S` at most).
+after, outside the lock (:data:`~tunescope.store.produce._spool.FSYNC_EVERY_S` at most).
 
 No step kills the writer's thread: an exception anywhere in its loop (a bug of ours, a disk
 that fails under the spool or ``rejected/``) is logged once and the loop goes on; the batch
@@ -51,11 +51,12 @@ from pathlib import Path
 
 from tunescope._once import Once
 from tunescope.errors import NotFound, StoreError
-from tunescope.store._batch import Batch, TrialSpec
 from tunescope.store._contract import Store
 from tunescope.store._model import TrialInfo
 from tunescope.store._open import open_store
-from tunescope.store._spool import (
+from tunescope.store._url import display
+from tunescope.store.produce._batch import Batch, TrialSpec
+from tunescope.store.produce._spool import (
     FSYNC_EVERY_S,
     SpoolFile,
     classify,
@@ -65,7 +66,6 @@ from tunescope.store._spool import (
     set_aside,
     spool_dir,
 )
-from tunescope.store._url import display
 
 __all__ = ["MEMORY_ITEMS", "SPILL_AFTER_S", "Writer"]
 

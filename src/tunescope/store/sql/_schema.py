@@ -198,7 +198,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 10 (issue 20, usage over a year in seconds): each trial's data generation, raised by
     #    every write of what its usage is read from, and the usage of ended trials as computed
     #    once (JSON, under a digest of what the figures depend on), answered while the trial
-    #    is at the generation it was computed at (see store/_kept_usage.py)
+    #    is at the generation it was computed at (see store/sql/_kept_usage.py)
     (
         "ALTER TABLE trials ADD COLUMN data_gen BIGINT NOT NULL DEFAULT 0",
         """CREATE TABLE kept_usage (

@@ -15,8 +15,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tunescope.store._heal import retrying
 from tunescope.store._model import Event, Scalar
+from tunescope.store.sql._heal import retrying
 
 __all__ = [
     "EVENT_COLS",
@@ -68,7 +68,7 @@ def scalar_from_row(r: Sequence[Any]) -> Scalar:
 
 
 class PagesMixin:
-    """Keyset pages for :class:`~tunescope.store._sql.SQLStore`."""
+    """Keyset pages for :class:`~tunescope.store.sql._sql.SQLStore`."""
 
     # provided by SQLStore
     _tx: Any

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from tunescope.store._codec import F64
-from tunescope.store._heal import retrying
 from tunescope.store._rollup import LEVELS, rollup_rows
+from tunescope.store.sql._heal import retrying
 
 __all__ = ["RetentionReport", "RollupsMixin"]
 
@@ -45,7 +45,7 @@ class RetentionReport:
 
 
 class RollupsMixin:
-    """Rollups for :class:`~tunescope.store._sql.SQLStore`."""
+    """Rollups for :class:`~tunescope.store.sql._sql.SQLStore`."""
 
     # provided by SQLStore
     _tx: Any

@@ -15,9 +15,9 @@ the trial's :class:`TrialSpec`, and whichever batch reaches the store first crea
 spool keeps on disk; :meth:`Batch.from_json` checks every field and raises ValueError naming
 the first bad one, so a damaged or foreign record is refused whole: the one place batches
 are checked (a server's ingest answers its ValueError with 422), by the store's one set of
-value checks (``_checks.py``). Every number is finite and has a range: times (and intervals,
+value checks (``store/_checks.py``). Every number is finite and has a range: times (and intervals,
 durations) within ``MAX_ABS_TIME_S`` of the epoch, sample values within float32's (what the
-store keeps, see ``_codec.py``), integers (steps, exit codes) what the databases hold;
+store keeps, see ``store/_codec.py``), integers (steps, exit codes) what the databases hold;
 names (metrics, devices, hosts, runs, trials, projects, event kinds and names, scalar names)
 are at most ``MAX_NAME_BYTES`` bytes of UTF-8, other text ``MAX_TEXT_BYTES``; no text, and
 no key or string inside params, ``where`` or event data, holds a NUL character (databases
@@ -336,7 +336,7 @@ class Batch:
 
 
 # ---------------------------------------------------------------------- field checks
-# (the values' own rules are the store's one set, in _checks.py)
+# (the values' own rules are the store's one set, in store/_checks.py)
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 

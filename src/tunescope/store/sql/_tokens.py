@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError
-from tunescope.store._heal import retrying
+from tunescope.store.sql._heal import retrying
 
 __all__ = ["SCOPES", "TokenInfo", "TokensMixin", "digest"]
 
@@ -61,7 +61,7 @@ def _info(row: Any) -> TokenInfo:
 
 
 class TokensMixin:
-    """Token management for :class:`~tunescope.store._sql.SQLStore` (admin: `tunescope
+    """Token management for :class:`~tunescope.store.sql._sql.SQLStore` (admin: `tunescope
     token`; the server's checks). Not part of the store contract: an HTTP store has none."""
 
     # provided by SQLStore

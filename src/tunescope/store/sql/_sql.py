@@ -32,7 +32,6 @@ import numpy as np
 
 from tunescope._kept import Kept
 from tunescope.errors import Conflict, NotFound, Rejected, SchemaError, StoreError, StoreUnavailable
-from tunescope.store._batch import Batch, EventRow, ScalarRow, TrialSpec, new_key
 from tunescope.store._checks import check_row, check_sample
 from tunescope.store._codec import (
     F64,
@@ -44,15 +43,16 @@ from tunescope.store._codec import (
     to_stored,
 )
 from tunescope.store._contract import CHUNK_SAMPLES, Store
-from tunescope.store._heal import Lost, retrying
-from tunescope.store._kept_usage import KeptUsageMixin
 from tunescope.store._model import Event, RunInfo, Scalar, SeriesInfo, TrialInfo, Window
-from tunescope.store._pages import EVENT_COLS, PagesMixin, event_from_row, scalar_from_row
-from tunescope.store._pages import json_or as _loads
-from tunescope.store._retention import RollupsMixin
 from tunescope.store._rollup import LEVELS
-from tunescope.store._schema import REBUILDS, SCHEMA_VERSION, statements
-from tunescope.store._tokens import TokensMixin
+from tunescope.store.produce._batch import Batch, EventRow, ScalarRow, TrialSpec, new_key
+from tunescope.store.sql._heal import Lost, retrying
+from tunescope.store.sql._kept_usage import KeptUsageMixin
+from tunescope.store.sql._pages import EVENT_COLS, PagesMixin, event_from_row, scalar_from_row
+from tunescope.store.sql._pages import json_or as _loads
+from tunescope.store.sql._retention import RollupsMixin
+from tunescope.store.sql._schema import REBUILDS, SCHEMA_VERSION, statements
+from tunescope.store.sql._tokens import TokensMixin
 
 _RUNS = "runs r JOIN projects p ON r.project_id = p.id"
 _RUN_COLS = "r.id, r.name, r.t_start, p.name, r.os_user, r.host"

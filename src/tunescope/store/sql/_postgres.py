@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 
 from tunescope.errors import ConfigError, Rejected, SchemaError, StoreError, StoreUnavailable
-from tunescope.store._sql import Dialect, SQLStore
 from tunescope.store._url import redact, secret_of
+from tunescope.store.sql._sql import Dialect, SQLStore
 
 POSTGRES = Dialect(
     name="postgresql",

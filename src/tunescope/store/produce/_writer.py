@@ -41,6 +41,7 @@ Thread safety: ``put``, ``flush`` and ``close`` may be called from any thread.
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
 import threading
@@ -86,6 +87,39 @@ SPOOL_RETRY_S = 1.0
 """Seconds between attempts at a spool that could not be written."""
 
 
+class _Phase(enum.Enum):
+    """What the writer's thread is doing. Each phase has one step (``Writer._on_*``) that
+    does its part and returns the next phase; ``close()`` and ``put()`` speak to the steps
+    through the lock (``_deadline``, ``_abandoned``, the queue), the thread to them through
+    ``_sending_since``, ``_unavailable_since`` and ``refused``.
+
+    ========== ============================================== ================================
+    phase      step                                           next
+    ========== ============================================== ================================
+    SEND       send the next batch (spool first, then queue)  SEND (landed, set aside); AWAY
+                                                              (kept); REFUSED; IDLE (nothing
+                                                              to send); CLOSE (store away,
+                                                              deadline passed); ABANDONED
+    IDLE       wake flush(); wait for put() or close()        SEND; CLOSE (closing)
+    AWAY       wait the back-off (bounded by the deadline)    SEND; CLOSE (deadline passed);
+                                                              ABANDONED
+    REFUSED    spool what is put, never send                  REFUSED; CLOSE (closing);
+                                                              ABANDONED
+    CLOSE      spool the rest (else hand it off), release     DONE
+    ABANDONED  nothing: close() took over what it held        DONE
+    ========== ============================================== ================================
+
+    A step that raises goes to AWAY (``Writer._turn``): no step kills the thread."""
+
+    SEND = "send"
+    IDLE = "idle"
+    AWAY = "away"
+    REFUSED = "refused"
+    CLOSE = "close"
+    ABANDONED = "abandoned"
+    DONE = "done"
+
+
 class Writer:
     """Writes one producer's batches to the store at ``url`` (see the module doc).
 
@@ -123,13 +157,16 @@ class Writer:
         self._unsynced: SpoolFile | None = None
         """A spool file appended to and not yet fsynced (done outside the lock)."""
         self._store: Store | None = None
-        self._busy = False
-        self._busy_since: float | None = None
+        self._sending_since: float | None = None
+        """When the thread went into the store call it is in, or None (read by put)."""
+        self._backoff = 0.0
+        """The last back-off (the thread's own)."""
         self._rejected_ids: set[str] = set()
         """Batches set aside while a copy of them was spooled: the copy is skipped."""
-        self._closing = False
-        self._deadline = float("inf")
+        self._deadline: float | None = None
+        """close()'s deadline, once it was called."""
         self._abandoned = False
+        """close() took over what the thread held (the thread was stuck in a store call)."""
         self._handoff: Callable[[list[Batch]], bool] | None = None
         self.handed = 0
         """Batches given to :meth:`close`'s handoff (not in this writer's store)."""
@@ -170,7 +207,9 @@ class Writer:
                 now = time.monotonic()
                 self._queue.append((now, batch))
                 self._queued_items += batch.size()
-                stuck = self._busy_since is not None and now - self._busy_since > self.spill_after
+                stuck = (
+                    self._sending_since is not None and now - self._sending_since > self.spill_after
+                )
                 if (self._busy or self._unavailable_since is not None) and (
                     self._queued_items > self.memory_items
                     or (stuck and now - self._queue[0][0] > self.spill_after)
@@ -208,8 +247,7 @@ class Writer:
         them: a training hands them to its sampler, which outlives it); else they are lost,
         and said so."""
         with self._cond:
-            if not self._closing:
-                self._closing = True
+            if self._deadline is None:
                 self._handoff = handoff
                 self._deadline = time.monotonic() + max(0.0, timeout)
             self._cond.notify_all()
@@ -218,16 +256,23 @@ class Writer:
             with self._cond:
                 if not self._abandoned:
                     self._abandoned = True
-                    self._spool_retry_at = 0.0
-                    if not self._spill_queue():
-                        self._give_up([b for _t, b in self._queue], "the writer was closed")
-                    self._release_spool()
+                    self._spool_the_rest()
             self._sync_spool()
             return False
         with self._cond:
             return self._idle() and not self.left_in_spool and not self.handed
 
     # ------------------------------------------------------------------ the thread
+    @property
+    def _closing(self) -> bool:
+        """Whether close() was called."""
+        return self._deadline is not None
+
+    @property
+    def _busy(self) -> bool:
+        """Whether the thread is in a store call."""
+        return self._sending_since is not None
+
     def _idle(self) -> bool:
         return (
             not self._queue
@@ -258,120 +303,167 @@ class Writer:
         return None, None
 
     def _run(self) -> None:
-        backoff = 0.0
+        """The thread: one step of its phase at a time (see :class:`_Phase`), until done."""
+        steps: dict[_Phase, Callable[[], _Phase]] = {
+            _Phase.SEND: self._on_send,
+            _Phase.IDLE: self._on_idle,
+            _Phase.AWAY: self._on_away,
+            _Phase.REFUSED: self._on_refused,
+            _Phase.CLOSE: self._on_close,
+            _Phase.ABANDONED: self._on_abandoned,
+        }
+        phase = _Phase.SEND
         try:
-            while True:
-                try:
-                    done, backoff = self._step(backoff)
-                except Exception as exc:  # a bug of ours, a failing disk: the loop goes on
-                    self._log(
-                        f"bug:{self.name}",
-                        "tunescope: %s failed (%s: %s); it keeps its data and goes on",
-                        self.name,
-                        type(exc).__name__,
-                        exc,
-                    )
-                    with self._cond:
-                        self._busy = False
-                        self._busy_since = None
-                        if self._abandoned:
-                            return
-                        now = time.monotonic()
-                        if self._closing and now >= self._deadline:
-                            self._spill_queue()
-                            return
-                        backoff = min(BACKOFF_MAX_S, max(0.1, backoff * 2))
-                        wait = backoff
-                        if self._closing:
-                            wait = min(wait, max(0.0, self._deadline - now))
-                        self._cond.wait(wait)
-                    continue
-                if done:
-                    return
+            while phase is not _Phase.DONE:
+                phase = self._turn(steps[phase])
         finally:
-            with contextlib.suppress(Exception), self._cond:
-                self._busy = False
-                if not self._abandoned:
-                    if self._closing:
-                        self._spool_retry_at = 0.0
-                        if not self._spill_queue():
-                            self._give_up([b for _t, b in self._queue], "the writer was closed")
-                    self._release_spool()
-                self._cond.notify_all()
-            with contextlib.suppress(Exception):
-                self._sync_spool()
-            store, self._store = self._store, None
-            if store is not None:
-                with contextlib.suppress(Exception):
-                    store.close()
+            if phase is not _Phase.DONE:  # left otherwise (a BaseException): close all the same
+                self._on_close()
+            self._end()
 
-    def _step(self, backoff: float) -> tuple[bool, float]:
-        """One turn of the loop: send one batch (or wait). (whether the thread is done, the
-        back-off now)."""
+    def _turn(self, step: Callable[[], _Phase]) -> _Phase:
+        """Run one step; an exception (a bug of ours, a failing disk) is logged once and the
+        loop goes on, backing off: the batch being sent stays where it was, and is sent again."""
+        try:
+            return step()
+        except Exception as exc:
+            self._log(
+                f"bug:{self.name}",
+                "tunescope: %s failed (%s: %s); it keeps its data and goes on",
+                self.name,
+                type(exc).__name__,
+                exc,
+            )
+            with self._cond:
+                self._sending_since = None
+            return _Phase.AWAY
+
+    def _on_send(self) -> _Phase:
+        """Send the next batch, the spool's oldest first, then the queue's head."""
         self._sync_spool()
         with self._cond:
             if self._abandoned:
-                return True, backoff
-            if (
-                self._closing
-                and self._unavailable_since is not None
-                and time.monotonic() >= self._deadline
-            ):  # closing, the store away, the time up: no attempt that could block
-                self._spill_queue()
-                return True, backoff
-            if self.refused is not None:  # the token was refused: spool, never send
-                if self._queue:
-                    self._spill_queue()
-                if self._closing:
-                    return True, backoff
-                self._cond.wait(SPOOL_RETRY_S if self._queue else FSYNC_EVERY_S)
-                return False, backoff
-            batch, offset = self._next()
-            if batch is None:
-                self._cond.notify_all()  # flush() waits for this
-                if self._closing:
-                    return True, backoff
-                self._cond.wait(FSYNC_EVERY_S if self._unsynced is not None else None)
-                return False, backoff
-            self._busy = True
-            self._busy_since = time.monotonic()
-            queued = batch  # what the queue holds (the spec may be attached to what is sent)
-            batch = self._with_spec(batch)
+                return _Phase.ABANDONED
+            if self._unavailable_since is not None and self._past_deadline():
+                return _Phase.CLOSE  # the store away, the time up: no attempt that could block
+            if self.refused is not None:
+                return _Phase.REFUSED
+            queued, offset = self._next()
+            if queued is None:
+                return _Phase.IDLE
+            self._sending_since = time.monotonic()
+            batch = self._with_spec(queued)  # what is sent; the queue holds what was put
         outcome = self._send(batch)
         with self._cond:
-            self._busy = False
-            self._busy_since = None
+            self._sending_since = None
             if outcome == "rejected":
                 self._rejected_ids.add(batch.id)
             if self._abandoned:
-                return True, backoff
-            if outcome in ("ok", "rejected"):
-                self._advance(offset, queued)
-                if outcome == "ok":
-                    self.written += 1
-                if outcome == "ok" and self._unavailable_since is not None:
+                return _Phase.ABANDONED
+            if outcome == "keep":
+                now = time.monotonic()
+                if self._unavailable_since is None:
+                    self._unavailable_since = now
+                if self._queue and (
+                    self._queued_items > self.memory_items
+                    or now - self._queue[0][0] > self.spill_after
+                ):
+                    self._spill_queue()
+                return _Phase.AWAY
+            self._backoff = 0.0
+            if outcome == "refused":
+                return _Phase.REFUSED
+            self._advance(offset, queued)  # landed, or set aside
+            if outcome == "ok":
+                self.written += 1
+                if self._unavailable_since is not None:
                     self._unavailable_since = None
                     self._log.forget(f"down:{self.name}")
-                return False, 0.0
-            if outcome == "refused":
-                self._spill_queue()
-                return False, 0.0
-            backoff = min(BACKOFF_MAX_S, max(0.1, backoff * 2))
-            now = time.monotonic()
-            if self._unavailable_since is None:
-                self._unavailable_since = now
-            if self._closing and now >= self._deadline:
-                self._spill_queue()
-                return True, backoff
-            if self._queue and (
-                self._queued_items > self.memory_items or now - self._queue[0][0] > self.spill_after
-            ):
-                self._spill_queue()
-            wait = backoff
+            return _Phase.SEND
+
+    def _on_idle(self) -> _Phase:
+        """Nothing to send: say so to flush(), then wait for a put() or close() (and fsync what
+        was spilled meanwhile, within :data:`FSYNC_EVERY_S`)."""
+        with self._cond:
+            if not self._idle():  # a put() came since the send step looked
+                return _Phase.SEND
+            self._cond.notify_all()  # flush() waits for this
             if self._closing:
-                wait = min(wait, max(0.0, self._deadline - now))
-            self._cond.wait(wait)
-            return False, backoff
+                return _Phase.CLOSE
+            self._pause(FSYNC_EVERY_S if self._unsynced is not None else None)
+            return _Phase.SEND
+
+    def _on_away(self) -> _Phase:
+        """The last attempt failed (the store is away, or a step raised): wait the back-off,
+        0.1 s doubling to :data:`BACKOFF_MAX_S`, woken early by put() and close()."""
+        with self._cond:
+            if self._abandoned:
+                return _Phase.ABANDONED
+            if self._past_deadline():
+                return _Phase.CLOSE
+            self._backoff = min(BACKOFF_MAX_S, max(0.1, self._backoff * 2))
+            self._pause(self._backoff)
+            return _Phase.SEND
+
+    def _on_refused(self) -> _Phase:
+        """The token was refused: send nothing more; everything put goes to the spool (tried
+        again every :data:`SPOOL_RETRY_S` while it cannot be written)."""
+        self._sync_spool()
+        with self._cond:
+            if self._abandoned:
+                return _Phase.ABANDONED
+            if self._queue:
+                self._spill_queue()
+            if self._closing:
+                return _Phase.CLOSE
+            self._pause(SPOOL_RETRY_S if self._queue else FSYNC_EVERY_S)
+            return _Phase.REFUSED
+
+    def _on_close(self) -> _Phase:
+        """What is left goes to the spool (see :meth:`_spool_the_rest`) and the spool file is
+        released, unless close() took both over. Never raises."""
+        with contextlib.suppress(Exception), self._cond:
+            if not self._abandoned:
+                if self._closing:
+                    self._spool_the_rest()
+                else:  # the loop was left otherwise: the queue goes with the thread
+                    self._release_spool()
+        return _Phase.DONE
+
+    def _on_abandoned(self) -> _Phase:
+        """close() took over what the thread held (it was stuck in a store call past close()'s
+        deadline): nothing is left to it."""
+        return _Phase.DONE
+
+    def _end(self) -> None:
+        """The thread's last act: flush() woken, the spool fsynced, the store closed."""
+        with contextlib.suppress(Exception), self._cond:
+            self._sending_since = None
+            self._cond.notify_all()
+        with contextlib.suppress(Exception):
+            self._sync_spool()
+        self._drop_store()
+
+    def _pause(self, seconds: float | None) -> None:
+        """Wait for a put() or close(), at most ``seconds`` (None: no bound) and never past
+        close()'s deadline. Lock held."""
+        if self._deadline is not None:
+            left = max(0.0, self._deadline - time.monotonic())
+            seconds = left if seconds is None else min(seconds, left)
+        self._cond.wait(seconds)
+
+    def _past_deadline(self) -> bool:
+        """Whether close() was called and its deadline has passed. Lock held."""
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _spool_the_rest(self) -> None:
+        """Closing: every queued batch goes to the spool, tried at once; what it cannot take
+        goes to close()'s handoff, else is lost (said). The spool file is released, for
+        another process to replay what it holds. Lock held."""
+        self._spool_retry_at = 0.0
+        if not self._spill_queue():
+            self._give_up([b for _t, b in self._queue], "the writer was closed")
+        self._release_spool()
 
     def _send(self, batch: Batch) -> str:
         """'ok', 'keep', 'refused' or 'rejected' (see the module doc)."""

@@ -39,7 +39,8 @@ USAGE_PAUSE_S = 30.0
 class Compactor:
     """Runs compact_raw(store, keep_raw_s) every ``every`` seconds, the first after
     ``first_after``, on its own daemon thread, until :meth:`stop`; in between, passes that
-    keep usage (each at most ``usage_pass_s``, ``usage_pause_s`` apart) while some is left."""
+    keep usage (each starting no trial after ``usage_pass_s``, ``usage_pause_s`` apart) while
+    some is left."""
 
     def __init__(
         self,

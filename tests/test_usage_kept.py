@@ -45,25 +45,6 @@ DIGEST = usage_digest(FindingSettings(), GPU_CATALOG)
 GROUPS = [["day"], ["project", "user"], ["run"], ["gpu_model", "week"], ["host"], []]
 
 
-class Counting:
-    """A store as usage_of sees it, counting the trials it computes (each is listed once by
-    ``trial_usage``); ``fresh``: without the kept usage (a store that keeps none)."""
-
-    def __init__(self, store: Store, *, fresh: bool = False) -> None:
-        self._store = store
-        self._fresh = fresh
-        self.computed: list[int] = []
-
-    def list_series(self, trial_id: int, metric: str | None = None) -> Any:
-        self.computed.append(trial_id)
-        return self._store.list_series(trial_id, metric)
-
-    def __getattr__(self, name: str) -> Any:
-        if self._fresh and name in ("kept_usage", "keep_usage"):
-            raise AttributeError(name)
-        return getattr(self._store, name)
-
-
 def _usage(store: Any, since: float, until: float, by: list[str], **kw: Any) -> Usage:
     return usage_of(store, since, until, by, now=NOW, projects=ut.PROJECTS, **kw)
 
@@ -157,9 +138,9 @@ def test_kept_figures_are_the_computed_ones_for_any_window(
     if until <= since:
         until = since + 1.0
     with closing(open_store(kept_db, create=False)) as s:
-        kept = Counting(s)
+        kept = ut.Counting(s)
         got = _usage(kept, since, until, by)
-        fresh = Counting(s, fresh=True)
+        fresh = ut.Counting(s, fresh=True)
         want = _usage(fresh, since, until, by)
     assert got.rows == want.rows
     assert got.trials == want.trials
@@ -176,7 +157,7 @@ def test_the_kept_answer_is_the_known_truth(kept_db: str) -> None:
     """Read back, every figure of the known store is still the counted truth."""
     plan = ut.plan()
     with closing(open_store(kept_db, create=False)) as s:
-        kept = Counting(s)
+        kept = ut.Counting(s)
         for project in ut.PROJECTS:
             u = usage_of(
                 kept, ut.DAY0, ut.DAY0 + 90 * 86400.0, ["user"], now=NOW, projects=[project]
@@ -237,10 +218,10 @@ def test_a_late_batch_after_the_end_is_counted(store_url: str) -> None:
         late = tuple(("gpu.util", "0", None, t0 + i, 50.0) for i in range(101, 201))
         s.write(Batch(key, samples=late, host="h"))
         assert s.kept_usage([tid], DIGEST)[tid] == (gen + 1, None)  # type: ignore[attr-defined]
-        after = _one(Counting(s), t0, t0 + 300)
+        after = _one(ut.Counting(s), t0, t0 + 300)
         assert after["gpu_busy_s"] == pytest.approx(150.0)
-        assert after == _one(Counting(s, fresh=True), t0, t0 + 300)
-        again = Counting(s)
+        assert after == _one(ut.Counting(s, fresh=True), t0, t0 + 300)
+        again = ut.Counting(s)
         assert _one(again, t0, t0 + 300) == after and again.computed == []  # kept anew
 
 
@@ -250,7 +231,7 @@ def test_a_running_trial_is_never_kept(store_url: str) -> None:
     with closing(open_store(store_url)) as s:
         tid, key = _ended(s, util, t0, None, heartbeat=t0 + 60)
         assert s.get_trial(tid).state == "running"
-        q = Counting(s)
+        q = ut.Counting(s)
         row = _one(q, t0, t0 + 1000)
         assert row["gpu_held_s"] == 60.0 and q.computed == [tid]
         assert s.kept_usage([tid], DIGEST)[tid][1] is None  # type: ignore[attr-defined]
@@ -337,10 +318,10 @@ def test_other_idle_settings_are_computed_for_themselves(tmp_path: Path) -> None
         _ended(s, util, t0, t0 + 600)
         assert _one(s, t0, t0 + 600)["gpu_idle_s"] == 0.0  # 120 s: under 300 s
         short = FindingSettings(idle_stretch_min_s=60)
-        q = Counting(s)
+        q = ut.Counting(s)
         got = _one(q, t0, t0 + 600, settings=short)
         assert got["gpu_idle_s"] == pytest.approx(120.0) and len(q.computed) == 1
-        assert got == _one(Counting(s, fresh=True), t0, t0 + 600, settings=short)
+        assert got == _one(ut.Counting(s, fresh=True), t0, t0 + 600, settings=short)
 
 
 def test_a_trial_whose_reads_met_damage_is_not_kept(tmp_path: Path) -> None:
@@ -377,7 +358,7 @@ def test_a_servers_pool_keeps_and_answers(tmp_path: Path) -> None:
         tid, _ = _ended(pool, [("gpu.util", "0", t0 + i, 50.0) for i in range(1, 61)], t0, t0 + 60)
         first = _one(pool, t0, t0 + 100)
         assert pool.kept_usage([tid], DIGEST)[tid][1] is not None
-        q = Counting(pool)
+        q = ut.Counting(pool)
         assert _one(q, t0, t0 + 100) == first and q.computed == []
 
 
@@ -385,8 +366,8 @@ def test_the_page_reads_the_same_wasted_trials_from_kept_usage(kept_db: str) -> 
     """The most wasteful trials and their longest idle stretches (the page's list) come out
     the same read back as computed."""
     with closing(open_store(kept_db, create=False)) as s:
-        got = _usage(Counting(s), ut.DAY0, ut.DAY0 + 95 * 86400.0, ["day"])
-        want = _usage(Counting(s, fresh=True), ut.DAY0, ut.DAY0 + 95 * 86400.0, ["day"])
+        got = _usage(ut.Counting(s), ut.DAY0, ut.DAY0 + 95 * 86400.0, ["day"])
+        want = _usage(ut.Counting(s, fresh=True), ut.DAY0, ut.DAY0 + 95 * 86400.0, ["day"])
     assert [dataclasses.astuple(t.gpus[0]) for t in got.most_wasted(10) if t.gpus] == [
         dataclasses.astuple(t.gpus[0]) for t in want.most_wasted(10) if t.gpus
     ]

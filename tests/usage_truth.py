@@ -8,6 +8,9 @@ Each trial is planned minute by minute: minute m of a trial that starts at S is 
 (S + 60 m, S + 60 (m + 1)], summed up by the samples taken at its end, so the truth of every
 figure follows from the plan by counting minutes (:func:`truth`), without reading the store.
 Utilizations are multiples of 5 %, so every busy figure is a whole number of seconds.
+
+:class:`Counting` wraps a store to count the trials a usage query computes (rather than reads
+back from the figures its store kept).
 """
 
 from __future__ import annotations
@@ -285,3 +288,25 @@ def truth(
             "cost_usd": r["cost_usd"],
         }
     return out
+
+
+# ------------------------------------------------------------------ a store as usage reads it
+
+
+class Counting:
+    """A store as usage_of sees it, counting the trials it computes (each is listed once by
+    ``trial_usage``); ``fresh``: without the kept usage (a store that keeps none)."""
+
+    def __init__(self, store: Store, *, fresh: bool = False) -> None:
+        self._store = store
+        self._fresh = fresh
+        self.computed: list[int] = []
+
+    def list_series(self, trial_id: int, metric: str | None = None) -> Any:
+        self.computed.append(trial_id)
+        return self._store.list_series(trial_id, metric)
+
+    def __getattr__(self, name: str) -> Any:
+        if self._fresh and name in ("kept_usage", "keep_usage", "unkept_usage"):
+            raise AttributeError(name)
+        return getattr(self._store, name)

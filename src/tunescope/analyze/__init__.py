@@ -27,7 +27,7 @@ from tunescope.analyze._report import (
     render_report,
     report_dict,
 )
-from tunescope.analyze._retention import compact_raw
+from tunescope.analyze._retention import Compaction, compact_raw
 from tunescope.analyze._rules import (
     RULES,
     SEVERITIES,
@@ -68,6 +68,7 @@ from tunescope.analyze._summary import (
 )
 from tunescope.analyze._text import elapsed, printable, value
 from tunescope.analyze._usage import GROUPINGS, TrialUsage
+from tunescope.analyze._usage_kept import UsageKept, keep_usage_ahead
 from tunescope.analyze._usage_query import Usage, UsageRow, check_query, group_rows, usage_of
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "REPORT_FORMATS",
     "RULES",
     "SEVERITIES",
+    "Compaction",
     "EffectiveSettings",
     "Finding",
     "FindingSettings",
@@ -98,6 +100,7 @@ __all__ = [
     "TrialSummary",
     "TrialUsage",
     "Usage",
+    "UsageKept",
     "UsageRow",
     "Workload",
     "build_report",
@@ -112,6 +115,7 @@ __all__ = [
     "gpu_catalog",
     "group_rows",
     "jsonable",
+    "keep_usage_ahead",
     "level_stats",
     "load_settings",
     "match_gpu",

@@ -7,23 +7,19 @@ computed and kept.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunescope._once import Once
 from tunescope.analyze._gpu_catalog import GPU_CATALOG, GpuType
 from tunescope.analyze._settings import FindingSettings
 from tunescope.analyze._usage import GROUPINGS, Slice, TrialUsage, held_span, trial_usage
-from tunescope.analyze._usage_kept import decode_usage, encode_usage, usage_digest
-from tunescope.errors import ConfigError, StoreError
+from tunescope.analyze._usage_kept import decode_usage, keep_computed, usage_digest
+from tunescope.errors import ConfigError
 from tunescope.store import RunInfo, Store, TrialInfo
 
 __all__ = ["Usage", "UsageRow", "check_query", "group_rows", "usage_of"]
-
-_once = Once("tunescope.usage")
 
 
 @dataclass(frozen=True)
@@ -199,7 +195,7 @@ def usage_of(
                 f"({', '.join(sorted(known))})"
             )
     if fresh:  # a query refused for its input writes nothing
-        _keep(store, fresh, digest)
+        keep_computed(store, fresh, digest)
     rows = group_rows((sl for u in trials for sl in u.slices), by, prices)
     return Usage(since, until, tuple(by), tuple(rows), tuple(trials))
 
@@ -209,27 +205,3 @@ def _keepable(t: TrialInfo, since: float, until: float, now: float) -> bool:
     kept): it has ended, held something, and all it held lies in the window."""
     h0, h1 = held_span(t, now)
     return t.state != "running" and h0 < h1 and since <= h0 and h1 <= until
-
-
-def _keep(store: Store, fresh: Sequence[tuple[int, TrialUsage]], digest: str) -> None:
-    """Keep the usage of ended trials computed now in their store, unless a read of theirs
-    met damaged chunks (each query says so again). A store that cannot keep it (read-only)
-    is said once; its queries compute every trial."""
-    if getattr(store, "readonly", False):
-        return
-    damaged = {info.trial_id for info, _ in store.corrupt_series()}
-    rows = [
-        (u.trial.id, gen, text)
-        for gen, u in fresh
-        if u.trial.id not in damaged and (text := encode_usage(u)) is not None
-    ]
-    try:
-        store.keep_usage(rows, digest)  # type: ignore[attr-defined]
-    except StoreError as exc:
-        _once(
-            f"keep:{store.url}",
-            "usage figures not kept in %s (%s): each query computes them",
-            store.url,
-            exc,
-            level=logging.INFO,
-        )

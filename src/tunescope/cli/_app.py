@@ -656,14 +656,18 @@ def compact(
     Windows, charts, a trial's latest values and usage read the minute and hour rollups
     (count, min, max, sum) where the raw samples are gone; a finished trial's findings are
     computed before its raw samples go and kept. Series written before rollups existed are
-    rolled up first. Safe while others write (one series at a time). See docs/retention.md."""
+    rolled up first. Then every ended trial's usage figures are computed and kept where none
+    are (docs/usage.md#kept-figures), so the first `tunescope usage` reads them back. Safe
+    while others write (one series at a time). See docs/retention.md."""
     from tunescope.analyze import compact_raw, load_settings
     from tunescope.cli._tokens import admin_store
 
     settings = None if dry_run else load_settings().settings
     with admin_store(store, who="compact works (or serve --keep-raw)") as st:
-        r = compact_raw(st, check.duration_s(keep_raw), dry_run=dry_run, settings=settings)
-    typer.echo(fmt.retention_line(r))
+        done = compact_raw(st, check.duration_s(keep_raw), dry_run=dry_run, settings=settings)
+    typer.echo(fmt.retention_line(done.raw))
+    if done.usage is not None:
+        typer.echo(fmt.usage_kept_line(done.usage))
 
 
 @app.command(cls=Command)
@@ -906,7 +910,8 @@ def serve(
             metavar="DURATION",
             envvar=ENV_KEEP_RAW,
             help="Run `tunescope compact --keep-raw DURATION` daily (first a minute after "
-            "start): raw samples older than this are dropped once rolled up. Default: keep all.",
+            "start): raw samples older than this are dropped once rolled up, and ended "
+            "trials' usage figures kept. Default: keep all.",
             callback=check.duration,
         ),
     ] = None,

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tunescope.analyze import UsageKept, jsonable, printable, value
 from tunescope.analyze import elapsed as duration
-from tunescope.analyze import jsonable, printable, value
 from tunescope.errors import ConfigError
 from tunescope.store import RetentionReport, Store
 
@@ -29,6 +29,7 @@ __all__ = [
     "retention_line",
     "row_format",
     "table",
+    "usage_kept_line",
     "value",
     "when",
 ]
@@ -149,3 +150,14 @@ def retention_line(r: RetentionReport) -> str:
         f"{r.series} series, those ended before {when(r.cutoff)}"
     )
     return line + (f"; {first} {r.rolled_up} series first" if r.rolled_up else "")
+
+
+def usage_kept_line(u: UsageKept) -> str:
+    """The ended trials whose usage ``tunescope compact`` computed and kept, on one line."""
+    line = f"kept the usage figures of {u.kept} ended trials ({u.seconds:.1f} s)"
+    if u.computed > u.kept:
+        line += (
+            f"; {u.computed - u.kept} more computed but not kept (damaged chunks, or new data "
+            "meanwhile): each usage query computes them"
+        )
+    return line

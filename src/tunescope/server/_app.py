@@ -129,8 +129,9 @@ def create_app(
     ``read_timeout``: seconds a request body may stall (408). Every body is counted as it
     streams and bounded per route, and the batch and store routes share one budget of bytes
     in flight (``_limits.py``). ``keep_raw``: seconds of raw samples to keep; older ones are
-    dropped once rolled up, the first time ``compact_first_after`` seconds after start, then
-    every ``compact_every`` (``_compact.py``, see docs/retention.md); None: all are kept.
+    dropped once rolled up, and ended trials' usage figures kept, the first time
+    ``compact_first_after`` seconds after start, then every ``compact_every`` (``_compact.py``,
+    see docs/retention.md); None: all are kept.
     """
     if settings is None:
         settings = load_settings().settings

@@ -4,7 +4,8 @@ A trial's usage figures (``tunescope.analyze``'s per-day slices and its GPUs' fa
 costly to compute (every busy and memory series of every GPU is read) and, once the trial has
 ended, they change only when what they are computed from is written. So the analysis keeps
 them here (:meth:`KeptUsageMixin.keep_usage`, table ``kept_usage``: JSON the store does not
-read) and asks for them back (:meth:`KeptUsageMixin.kept_usage`).
+read) and asks for them back (:meth:`KeptUsageMixin.kept_usage`); compaction computes those
+of the ended trials that have none ahead of any query (:meth:`KeptUsageMixin.unkept_usage`).
 
 Never stale, by a generation: every trial has a ``data_gen`` counter that each transaction
 writing what a trial's usage is read from raises, in that same transaction (:meth:`_touch`):
@@ -87,6 +88,27 @@ class KeptUsageMixin:
                 ).fetchall():
                     out[int(tid)] = (int(gen), None if data is None else str(data))
         return out
+
+    @retrying
+    def unkept_usage(
+        self, digest: str, *, after: int = 0, limit: int = 100
+    ) -> list[tuple[int, int]]:
+        """Ended trials (recorded as not ``running``) with no usage kept under ``digest`` at
+        their data generation now: at most ``limit`` of them, with ids above ``after``, in id
+        order, each as (trial id, its data generation now: hand it to :meth:`keep_usage`).
+        What compaction computes ahead of the first query."""
+        with self._tx() as cur:
+            return [
+                (int(tid), int(gen))
+                for tid, gen in self._q(
+                    cur,
+                    "SELECT t.id, t.data_gen FROM trials t LEFT JOIN kept_usage k "
+                    "ON k.trial_id = t.id AND k.data_gen = t.data_gen AND k.digest = ? "
+                    "WHERE t.state <> 'running' AND t.id > ? AND k.trial_id IS NULL "
+                    "ORDER BY t.id LIMIT ?",
+                    (digest, int(after), int(limit)),
+                ).fetchall()
+            ]
 
     @retrying
     def keep_usage(self, rows: Sequence[tuple[int, int, str]], digest: str) -> int:

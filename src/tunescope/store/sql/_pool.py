@@ -176,3 +176,4 @@ class PooledStore(Store):
     # usage kept per ended trial (see _kept_usage.py)
     kept_usage = _pooled(SQLStore.kept_usage)
     keep_usage = _pooled(SQLStore.keep_usage)
+    unkept_usage = _pooled(SQLStore.unkept_usage)

@@ -206,10 +206,12 @@ class RunDetailOut(BaseModel):
     start: float
     end: float | None
     state: RunState
+    trials: list[TrialOut]
     duration_s: float
     peak_gpu_mem: float | None
-    findings: FindingCountsOut
-    trials: list[TrialOut]
+    findings: FindingCountsOut | None = Field(
+        description="findings by severity; null while not computed yet (poll again)"
+    )
 
 
 class MetricSeriesOut(BaseModel):

@@ -366,8 +366,10 @@ class CheckpointOut(Shape):
         data = e.data or {}
         path = data.get("path")
         size = data.get("bytes")
-        return cls.of(
-            e,
+        return cls.make(
+            t=e.t,
+            name=e.name,
+            step=e.step,
             path=path if isinstance(path, str) else None,
             bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
         )

@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from tunescope.errors import NotFound, StoreError, StoreUnavailable
+from tunescope.server._schema import ErrorBody, ErrorOut
 
 __all__ = [
     "ApiError",
@@ -75,7 +76,7 @@ def error_response(
     status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """The JSON response of an error, in the one shape."""
-    body = {"error": {"status": status, "code": code, "message": message}}
+    body = ErrorOut.make(error=ErrorBody.make(status=status, code=code, message=message))
     return JSONResponse(body, status_code=status, headers=headers)
 
 

@@ -26,7 +26,7 @@ from tunescope.errors import NotFound, StoreError
 from tunescope.metrics import CATALOG
 from tunescope.server._auth import Principal
 from tunescope.server._errors import invalid, not_found
-from tunescope.server._serialize import scalar_json
+from tunescope.server._schema import ScalarOut, ScalarsOut
 from tunescope.store import RunInfo, Scalar, SeriesInfo, Store, TrialInfo
 
 log = logging.getLogger("tunescope.server")
@@ -309,11 +309,9 @@ class ScalarCurves:
             return hit[1]
         rows = thin_scalars(self._store.scalars(trial.id, name), points)
         body = JSONResponse(
-            {
-                "names": self._store.scalar_names(trial.id),
-                "scalars": [scalar_json(x) for x in rows],
-                "next": None,
-            }
+            ScalarsOut.make(
+                names=self._store.scalar_names(trial.id), scalars=ScalarOut.of_each(rows), next=None
+            )
         ).body
         if len(rows) <= CURVES_MAX_ROWS:
             self._kept.put(key, (fingerprint, bytes(body)))

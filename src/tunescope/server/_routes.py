@@ -1,8 +1,10 @@
 """The query routes under ``/api`` (docs/api.md lists them; a test keeps the two in step).
 
 Routes are plain functions, so FastAPI runs them on its thread pool; they share the app's one
-store, which serialises its own calls. Each route builds its JSON directly and returns it as a
-response, with ``Cache-Control: no-store`` added by the app (the page polls running trials).
+store, which serialises its own calls. Each route builds its JSON with the model of its answer
+(``_schema``, also its ``response_model``: the document's) and returns it as a response
+(FastAPI's validation of the answer is skipped: its cost grows with a window's points), with
+``Cache-Control: no-store`` added by the app (the page polls running trials).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from tunescope.analyze import (
     GROUPINGS,
     cost_frontier,
     group_rows,
-    jsonable,
     parse_prices,
     serving_run,
     trial_end,
@@ -56,25 +57,15 @@ from tunescope.server._schema import (
     RunDetailOut,
     RunFindingsOut,
     RunOut,
+    ScalarOut,
     ScalarsOut,
+    SeriesOut,
     ServingOut,
     TrialDetailOut,
     TrialMetricOut,
     TrialOut,
     UsageOut,
     WindowOut,
-)
-from tunescope.server._serialize import (
-    checkpoint_json,
-    events_json,
-    frontier_json,
-    metric_json,
-    run_findings_json,
-    run_json,
-    scalar_json,
-    trial_json,
-    usage_json,
-    window_series_json,
 )
 from tunescope.store import EVENT_KINDS, EventsWindow, PooledStore, SeriesInfo, Store
 
@@ -152,7 +143,9 @@ def public_router(store: Store, mode: Mode) -> APIRouter:
 
     @router.get("/health", response_model=HealthOut, summary="Liveness (and the store URL)")
     def health() -> Response:
-        return _json({"ok": True, "store": store.url} if mode == "local" else {"ok": True})
+        return _json(
+            HealthOut.make(ok=True, store=store.url) if mode == "local" else HealthOut.make(ok=True)
+        )
 
     return router
 
@@ -186,7 +179,7 @@ class _Shared:
         self.findings = findings
         self.summaries = RunSummaries(store)
         self.curves = ScalarCurves(store)
-        self.metrics_body = [metric_json(m) for m in CATALOG]
+        self.metrics_body = MetricOut.of_each(CATALOG)
 
 
 def _project_routes(router: APIRouter, c: _Shared) -> None:
@@ -203,7 +196,9 @@ def _project_routes(router: APIRouter, c: _Shared) -> None:
         summary="The projects this request may see, by name",
     )
     def projects(request: Request) -> Response:
-        return _json([{"name": p} for p in visible_projects(store, principal_of(request))])
+        return _json(
+            [ProjectOut.make(name=p) for p in visible_projects(store, principal_of(request))]
+        )
 
     @router.get(
         "/runs", response_model=list[RunOut], responses=_ERRORS, summary="Every run, newest first"
@@ -224,7 +219,7 @@ def _project_routes(router: APIRouter, c: _Shared) -> None:
             trials = store.list_trials(r.id)
             duration, peak = c.summaries.summary(r, trials)
             counts = finding_counts(findings.run(trials, deadline))
-            out.append(run_json(r, duration, peak, counts))
+            out.append(RunOut.of_run(r, duration, peak, counts))
         return _json(out)
 
 
@@ -280,7 +275,7 @@ def _usage_routes(router: APIRouter, c: _Shared) -> None:
             days = group_rows((s for t in got.trials for s in t.slices), keys, prices)
         except ConfigError as exc:
             raise invalid(str(exc)) from None
-        return _json(usage_json(got, group, days))
+        return _json(UsageOut.of_usage(got, group, days))
 
 
 def _run_routes(router: APIRouter, c: _Shared) -> None:
@@ -298,7 +293,7 @@ def _run_routes(router: APIRouter, c: _Shared) -> None:
         trials = store.list_trials(r.id)
         duration, peak = c.summaries.summary(r, trials)
         counts = finding_counts(findings.run(trials))
-        return _json(run_json(r, duration, peak, counts, trials))
+        return _json(RunDetailOut.of_run(r, trials, duration, peak, counts))
 
     @router.get(
         "/runs/{run}/findings",
@@ -314,7 +309,7 @@ def _run_routes(router: APIRouter, c: _Shared) -> None:
         found = {tid: fs or [] for tid, fs in got.items()}
         counts = finding_counts(found)
         assert counts is not None
-        return _json(run_findings_json(found, counts))
+        return _json(RunFindingsOut.of_findings(found, counts))
 
     @router.get(
         "/runs/{run}/serving",
@@ -324,11 +319,7 @@ def _run_routes(router: APIRouter, c: _Shared) -> None:
     )
     def run_serving(request: Request, run: RunRef) -> Response:
         r = resolve_run(store, run, principal_of(request))
-        sr = serving_run(store, r.id)
-        if sr is None:
-            empty = {"ttft_s": None, "tpot_s": None, "e2el_s": None}
-            return _json({"run": {"id": r.id, "name": r.name}, "slo": empty, "levels": []})
-        return _json(jsonable(sr.to_dict()))
+        return _json(ServingOut.of_run(r, serving_run(store, r.id)))
 
     @router.get(
         "/runs/{run}/frontier",
@@ -338,7 +329,7 @@ def _run_routes(router: APIRouter, c: _Shared) -> None:
     )
     def run_frontier(request: Request, run: RunRef) -> Response:
         r = resolve_run(store, run, principal_of(request))
-        return _json(frontier_json(cost_frontier(store, r.id, findings.settings)))
+        return _json(FrontierOut.of_frontier(cost_frontier(store, r.id, findings.settings)))
 
     @router.get(
         "/runs/{run}/trials",
@@ -348,7 +339,7 @@ def _run_routes(router: APIRouter, c: _Shared) -> None:
     )
     def run_trials(request: Request, run: RunRef) -> Response:
         r = resolve_run(store, run, principal_of(request))
-        return _json([trial_json(t) for t in store.list_trials(r.id)])
+        return _json(TrialOut.of_each(store.list_trials(r.id)))
 
 
 def _trial_routes(router: APIRouter, c: _Shared) -> None:
@@ -363,7 +354,7 @@ def _trial_routes(router: APIRouter, c: _Shared) -> None:
     )
     def trial_detail(request: Request, trial: TrialId) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
-        return _json(trial_json(info, store.hosts(info.id)))
+        return _json(TrialDetailOut.of_trial(info, store.hosts(info.id)))
 
     @router.get(
         "/trials/{trial}/findings",
@@ -376,7 +367,7 @@ def _trial_routes(router: APIRouter, c: _Shared) -> None:
         found = findings.trial(info)
         if found is None:
             raise _findings_pending(f"trial {trial}")
-        return _json([f.to_dict() for f in found])
+        return _json([FindingOut.of_finding(f) for f in found])
 
     @router.get(
         "/trials/{trial}/metrics",
@@ -389,16 +380,11 @@ def _trial_routes(router: APIRouter, c: _Shared) -> None:
         series: dict[str, list[SeriesInfo]] = defaultdict(list)
         for s in store.list_series(info.id):
             series[s.metric].append(s)
-        out: list[dict[str, Any]] = []
+        out = []
         for k in sorted(series, key=metric_order):
             mine = sorted(series[k], key=host_device_key)
-            out.append(
-                {
-                    "metric": k,
-                    "devices": sorted({s.device for s in mine}, key=device_key),
-                    "series": [{"host": s.host, "device": s.device} for s in mine],
-                }
-            )
+            devices = sorted({s.device for s in mine}, key=device_key)
+            out.append(TrialMetricOut.of_series(k, mine, devices))
         return _json(out)
 
 
@@ -434,8 +420,8 @@ def _trial_data_routes(router: APIRouter, c: _Shared) -> None:
             else:
                 hi = trial_end(info) or info.start
         s, e = window_bounds(start, end, lo, hi, pad=max(info.interval, 0.001))
-        body = [window_series_json(store.window(x.id, s, e, points)) for x in series]
-        return _json({"metric": metric, "start": s, "end": e, "points": points, "series": body})
+        body = [SeriesOut.of_window(store.window(x.id, s, e, points)) for x in series]
+        return _json(WindowOut.make(metric=metric, start=s, end=e, points=points, series=body))
 
     @router.get(
         "/trials/{trial}/events",
@@ -468,11 +454,11 @@ def _trial_data_routes(router: APIRouter, c: _Shared) -> None:
             w = store.events(info.id, s, e, kinds=wanted, limit=limit)
             # too many to list at once: the bins, and the way to page through the events
             first = None if w.events is not None else write_cursor("events", None)
-            return _json(events_json(w, first))
+            return _json(EventsOut.of_window(w, first))
         page, key = store.event_page(info.id, s, e, wanted, after, limit)
         total = store.count_events(info.id, s, e, kinds=wanted)
         more = None if key is None else write_cursor("events", key)
-        return _json(events_json(EventsWindow(s, e, total, events=page), more))
+        return _json(EventsOut.of_window(EventsWindow(s, e, total, events=page), more))
 
 
 def _trial_scalar_routes(router: APIRouter, c: _Shared) -> None:
@@ -522,7 +508,7 @@ def _trial_scalar_routes(router: APIRouter, c: _Shared) -> None:
                 info.id, name, after, SCALARS_PAGE if limit is None else limit
             )
             more = None if key is None else write_cursor("scalars", key)
-        return _json({"names": names, "scalars": [scalar_json(x) for x in rows], "next": more})
+        return _json(ScalarsOut.make(names=names, scalars=ScalarOut.of_each(rows), next=more))
 
     @router.get(
         "/trials/{trial}/checkpoints",
@@ -533,4 +519,4 @@ def _trial_scalar_routes(router: APIRouter, c: _Shared) -> None:
     def trial_checkpoints(request: Request, trial: TrialId) -> Response:
         info = resolve_trial(store, trial, principal_of(request))
         every = store.all_events(info.id, kinds=["checkpoint"])
-        return _json([checkpoint_json(e) for e in every])
+        return _json([CheckpointOut.of_event(e) for e in every])

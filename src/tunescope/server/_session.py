@@ -42,7 +42,7 @@ from starlette.responses import JSONResponse, Response
 from tunescope.server._auth import Authenticator, Principal, principal_of
 from tunescope.server._errors import ApiError, invalid, not_found
 from tunescope.server._limits import check_depth, read_body
-from tunescope.server._schema import ErrorOut, LoginIn, LogoutOut, SessionOut
+from tunescope.server._schema import ErrorOut, Json, LoginIn, LogoutOut, SessionOut
 from tunescope.server._security import host_name
 
 __all__ = [
@@ -98,10 +98,10 @@ def session_token(request: Request) -> str | None:
     return token
 
 
-def session_json(mode: str, who: Principal) -> dict[str, Any]:
+def session_json(mode: str, who: Principal) -> Json:
     """Who is asking: the server's mode, the project the request may see (null: every
     project) and its scope."""
-    return {"mode": mode, "project": who.project, "scope": who.scope}
+    return SessionOut.make(mode=mode, project=who.project, scope=who.scope)
 
 
 def _same_origin(request: Request) -> bool:
@@ -205,7 +205,7 @@ def install_session(auth: Authenticator) -> APIRouter:
     def logout(request: Request) -> Response:
         if auth.mode == "local":
             raise no_login()
-        response = JSONResponse({"ok": True})
+        response = JSONResponse(LogoutOut.make(ok=True))
         _clear_cookies(response, request)
         return response
 

@@ -1,82 +1,43 @@
-"""Response models: the shapes of docs/api.md, for the OpenAPI document.
-
-Routes build their JSON with :mod:`tunescope.server._serialize` and return it directly (no
-per-request validation cost); the tests validate every response against these models so the
-document and the responses cannot drift apart. Times are UNIX epoch seconds, values are in the
-metric's base unit, ``None`` (JSON ``null``) means missing.
-"""
+"""The shapes of the store's records: errors, session, catalog, runs, trials, findings,
+series windows, events, scalars and checkpoints."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tunescope.analyze import Finding
 from tunescope.metrics import Scope, Source
-
-__all__ = [
-    "CheckpointOut",
-    "ErrorBody",
-    "ErrorOut",
-    "EventBinOut",
-    "EventOut",
-    "EventsOut",
-    "FindingCountsOut",
-    "FindingOut",
-    "FrontierOut",
-    "FrontierTrialOut",
-    "HealthOut",
-    "LoginIn",
-    "LogoutOut",
-    "MetricOut",
-    "MetricSeriesOut",
-    "ProjectOut",
-    "RunDetailOut",
-    "RunFindingsOut",
-    "RunOut",
-    "RunState",
-    "ScalarOut",
-    "ScalarsOut",
-    "SeriesOut",
-    "ServingLevelOut",
-    "ServingOut",
-    "SessionOut",
-    "TrialDetailOut",
-    "TrialMetricOut",
-    "TrialOut",
-    "UsageDayOut",
-    "UsageOut",
-    "UsageRowOut",
-    "WastedTrialOut",
-    "WindowOut",
-]
-
+from tunescope.server._schema._shape import Json, Shape
+from tunescope.store import Event, EventsWindow, RunInfo, SeriesInfo, TrialInfo, Window
 
 RunState = Literal["running", "completed", "failed", "lost", "empty"]
 """A run's state, from its trials': running while any runs, else failed or lost when any did,
 completed when every trial ended well (or was pruned), empty without trials."""
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(Shape):
     status: int = Field(description="the HTTP status, repeated")
     code: str = Field(description="not_found, invalid, method_not_allowed, store_error…")
     message: str = Field(description="one line for people")
 
 
-class ErrorOut(BaseModel):
+class ErrorOut(Shape):
     """The one error shape."""
 
     error: ErrorBody
 
 
-class HealthOut(BaseModel):
+class HealthOut(Shape):
     ok: bool
     store: str | None = Field(
         None, description="URL of the store the server reads (a local viewer only)"
     )
 
 
-class SessionOut(BaseModel):
+class SessionOut(Shape):
     """Who is asking."""
 
     mode: Literal["local", "tokens"] = Field(
@@ -92,15 +53,15 @@ class LoginIn(BaseModel):
     token: str = Field(description="an access token, ts_…")
 
 
-class LogoutOut(BaseModel):
+class LogoutOut(Shape):
     ok: bool
 
 
-class ProjectOut(BaseModel):
+class ProjectOut(Shape):
     name: str
 
 
-class MetricOut(BaseModel):
+class MetricOut(Shape):
     """One row of the metric catalog."""
 
     key: str
@@ -116,7 +77,7 @@ class MetricOut(BaseModel):
     description: str
 
 
-class TrialOut(BaseModel):
+class TrialOut(Shape):
     id: int
     run_id: int
     name: str
@@ -143,8 +104,13 @@ class TrialDetailOut(TrialOut):
         "known); {} for a host that said nothing"
     )
 
+    @classmethod
+    def of_trial(cls, t: TrialInfo, hosts: dict[str, dict[str, Any]]) -> Json:
+        """A trial and where it ran (``Store.hosts``)."""
+        return cls.of(t, hosts=list(hosts), where=hosts)
 
-class FindingCountsOut(BaseModel):
+
+class FindingCountsOut(Shape):
     """How many findings a run has, by severity."""
 
     high: int
@@ -152,7 +118,7 @@ class FindingCountsOut(BaseModel):
     low: int
 
 
-class FindingOut(BaseModel):
+class FindingOut(Shape):
     """A diagnosis of one trial (docs/findings.md)."""
 
     id: str = Field(description="unique in a store: trial:rule:metric:device")
@@ -168,15 +134,33 @@ class FindingOut(BaseModel):
     device: str | None = Field(description="GPU index of that series; null for trial-wide")
     advice: list[str] = Field(description="what to try, most effective first")
 
+    @classmethod
+    def of_finding(cls, f: Finding) -> Json:
+        """A finding, as ``Finding.to_dict`` gives it (``report --format json``'s shape)."""
+        return cls.make(**f.to_dict())
 
-class RunFindingsOut(BaseModel):
+
+class RunFindingsOut(Shape):
     trials: dict[str, list[FindingOut]] = Field(
         description="trial id -> its findings, most severe first; trials in creation order"
     )
     counts: FindingCountsOut
 
+    @classmethod
+    def of_findings(
+        cls, findings: Mapping[int, Iterable[Finding]], counts: Mapping[str, int]
+    ) -> Json:
+        """A run's findings per trial (keys are trial ids as strings, in creation order) and
+        their counts by severity."""
+        return cls.make(
+            trials={
+                str(tid): [FindingOut.of_finding(f) for f in fs] for tid, fs in findings.items()
+            },
+            counts=FindingCountsOut.make(**counts),
+        )
 
-class RunOut(BaseModel):
+
+class RunOut(Shape):
     id: int
     name: str
     project: str = Field(description="the project the run belongs to")
@@ -196,8 +180,21 @@ class RunOut(BaseModel):
         description="findings by severity; null while not computed yet (poll again)"
     )
 
+    @classmethod
+    def of_run(
+        cls,
+        r: RunInfo,
+        duration_s: float,
+        peak_gpu_mem: float | None,
+        findings: Mapping[str, int] | None,
+    ) -> Json:
+        """A run of the runs list; ``findings`` counts its findings by severity (None while
+        they are not computed yet)."""
+        counts = None if findings is None else FindingCountsOut.make(**findings)
+        return cls.of(r, duration_s=duration_s, peak_gpu_mem=peak_gpu_mem, findings=counts)
 
-class RunDetailOut(BaseModel):
+
+class RunDetailOut(Shape):
     id: int
     name: str
     project: str
@@ -206,18 +203,39 @@ class RunDetailOut(BaseModel):
     start: float
     end: float | None
     state: RunState
+    trials: list[TrialOut]
     duration_s: float
     peak_gpu_mem: float | None
-    findings: FindingCountsOut
-    trials: list[TrialOut]
+    findings: FindingCountsOut | None = Field(
+        description="findings by severity; null while not computed yet (poll again)"
+    )
+
+    @classmethod
+    def of_run(
+        cls,
+        r: RunInfo,
+        trials: Iterable[TrialInfo],
+        duration_s: float,
+        peak_gpu_mem: float | None,
+        findings: Mapping[str, int] | None,
+    ) -> Json:
+        """One run with its trials (see :meth:`RunOut.of_run`)."""
+        counts = None if findings is None else FindingCountsOut.make(**findings)
+        return cls.of(
+            r,
+            trials=TrialOut.of_each(trials),
+            duration_s=duration_s,
+            peak_gpu_mem=peak_gpu_mem,
+            findings=counts,
+        )
 
 
-class MetricSeriesOut(BaseModel):
+class MetricSeriesOut(Shape):
     host: str = Field(description="the host that measured it (a node of a multi-node trial)")
     device: str | None = Field(description="GPU index; null for a trial-wide series")
 
 
-class TrialMetricOut(BaseModel):
+class TrialMetricOut(Shape):
     metric: str
     devices: list[str | None] = Field(
         description="GPU indices (each once, whatever its hosts); null for a trial-wide series"
@@ -226,8 +244,13 @@ class TrialMetricOut(BaseModel):
         description="every series of the metric, one per host and device, by host then device"
     )
 
+    @classmethod
+    def of_series(cls, metric: str, series: list[SeriesInfo], devices: list[str | None]) -> Json:
+        """A metric with its series (in order) and its devices."""
+        return cls.make(metric=metric, devices=devices, series=MetricSeriesOut.of_each(series))
 
-class SeriesOut(BaseModel):
+
+class SeriesOut(Shape):
     """One host's device's series in a window: raw samples, or one entry per non-empty
     bucket."""
 
@@ -246,8 +269,26 @@ class SeriesOut(BaseModel):
         "count, min, max and mean) and those cut by its edges are missing"
     )
 
+    @classmethod
+    def of_window(cls, w: Window) -> Json:
+        """One host's device's series in a window: ``raw`` samples or ``buckets``."""
+        raw = w.raw
+        return cls.make(
+            host=w.series.host,
+            device=w.series.device,
+            note=w.series.note,
+            mode="raw" if raw else "buckets",
+            t=w.t,
+            mean=w.mean,
+            # raw samples send their values once (as mean); min, max and n would repeat them
+            min=None if raw else w.min,
+            max=None if raw else w.max,
+            n=None if raw else w.count,
+            corrupt_chunks=w.corrupt_chunks,
+        )
 
-class WindowOut(BaseModel):
+
+class WindowOut(Shape):
     metric: str
     start: float
     end: float
@@ -255,7 +296,7 @@ class WindowOut(BaseModel):
     series: list[SeriesOut]
 
 
-class EventOut(BaseModel):
+class EventOut(Shape):
     kind: str
     name: str | None
     step: int | None
@@ -265,14 +306,14 @@ class EventOut(BaseModel):
     data: dict[str, Any] | None
 
 
-class EventBinOut(BaseModel):
+class EventBinOut(Shape):
     kind: str
     t0: float
     t1: float
     count: int
 
 
-class EventsOut(BaseModel):
+class EventsOut(Shape):
     start: float
     end: float
     total: int
@@ -283,15 +324,28 @@ class EventsOut(BaseModel):
         "when nothing more is listed"
     )
 
+    @classmethod
+    def of_window(cls, w: EventsWindow, next_cursor: str | None = None) -> Json:
+        """Events of a window, or their counts per bin and kind when there are too many; and
+        the cursor of the next page of events, if any."""
+        return cls.make(
+            start=w.start,
+            end=w.end,
+            total=w.total,
+            events=None if w.events is None else EventOut.of_each(w.events),
+            bins=None if w.bins is None else EventBinOut.of_each(w.bins),
+            next=next_cursor,
+        )
 
-class ScalarOut(BaseModel):
+
+class ScalarOut(Shape):
     name: str
     step: int | None
     t: float
     value: float
 
 
-class ScalarsOut(BaseModel):
+class ScalarsOut(Shape):
     names: list[str]
     scalars: list[ScalarOut]
     next: str | None = Field(
@@ -299,149 +353,23 @@ class ScalarsOut(BaseModel):
     )
 
 
-class CheckpointOut(BaseModel):
+class CheckpointOut(Shape):
     t: float
     name: str | None
     step: int | None
     path: str | None
     bytes: int | None
 
-
-class RunRefOut(BaseModel):
-    """A run by id and name."""
-
-    id: int
-    name: str
-
-
-class SloOut(BaseModel):
-    """A latency target, seconds; null where not set."""
-
-    ttft_s: float | None = Field(description="time to first token")
-    tpot_s: float | None = Field(description="time per output token after the first")
-    e2el_s: float | None = Field(description="end-to-end latency")
-
-
-class DistOut(BaseModel):
-    """Mean and percentiles of one latency over a level, seconds (null without values)."""
-
-    n: int = Field(description="how many values")
-    mean: float | None
-    p50: float | None
-    p90: float | None
-    p99: float | None
-
-
-class LevelStatsOut(BaseModel):
-    """One load level's figures, as `vllm bench serve` defines them (docs/serving_analysis.md)."""
-
-    requests: int
-    ok: int
-    errors: int
-    duration_s: float | None = Field(description="first request sent to last request done")
-    ttft: DistOut
-    tpot: DistOut
-    itl: DistOut
-    e2el: DistOut
-    prompt_tokens: int
-    completion_tokens: int
-    request_throughput: float | None = Field(description="successful requests per second")
-    output_throughput: float | None = Field(description="output tokens per second")
-    total_token_throughput: float | None = Field(description="prompt and output tokens/s")
-    good: int | None = Field(description="requests meeting every SLO target; null without one")
-    goodput: float | None = Field(description="good requests per second; null without an SLO")
-
-
-class ServingLevelOut(BaseModel):
-    """One load level: its trial and figures."""
-
-    trial_id: int
-    trial: str = Field(description="the trial's name, e.g. c6")
-    state: Literal["running", "completed", "failed", "lost", "pruned"]
-    error: str | None = Field(description="why a failed level did not run")
-    mode: Literal["concurrency", "rate"]
-    level: float | None = Field(description="concurrency, or requests per second")
-    start: float
-    end: float | None
-    slo: SloOut = Field(description="the SLO the level was run with")
-    stats: LevelStatsOut
-
-
-class ServingOut(BaseModel):
-    """A load run's levels, sorted by mode then level (empty for other runs)."""
-
-    run: RunRefOut
-    slo: SloOut = Field(description="the run's SLO (its first level's that has one)")
-    levels: list[ServingLevelOut]
-
-
-class UsageRowOut(BaseModel):
-    """One group of ``tunescope usage`` (docs/usage.md): GPU- and core-seconds, shares in %."""
-
-    keys: dict[str, str | None] = Field(description="the grouping -> this row's value of it")
-    gpu_held_s: float = Field(description="GPU-seconds held")
-    gpu_busy_s: float = Field(description="held GPU-seconds weighted by the busy measure")
-    gpu_idle_s: float = Field(description="held GPU-seconds inside idle stretches")
-    busy_by: str | None = Field(description="sm_active, util, or sm_active+util")
-    mem_peak_pct: float | None
-    mem_mean_pct: float | None
-    cpu_core_s: float
-    cpu_quota_core_s: float
-    trials: int
-    failed_gpu_s: float
-    pruned_gpu_s: float
-    failed_pruned_pct: float | None
-    cost_usd: float | None = Field(description="null without a price for the row's GPUs")
-
-
-class UsageDayOut(BaseModel):
-    day: str = Field(description="UTC date, YYYY-MM-DD")
-    group: str | None = Field(description="the value of the chart's grouping")
-    held_s: float
-    busy_s: float
-
-
-class WastedTrialOut(BaseModel):
-    trial_id: int
-    trial: str
-    run_id: int
-    run: str
-    run_start: float = Field(description="the run's start (the trial page's time zero)")
-    project: str
-    held_s: float
-    busy_s: float
-    wasted_s: float = Field(description="held - busy GPU-seconds")
-    idle_device: str | None = Field(description="the GPU of the longest idle stretch")
-    idle_t0: float | None = Field(description="the longest idle stretch's start")
-    idle_t1: float | None = Field(description="its end")
-
-
-class UsageOut(BaseModel):
-    since: float
-    until: float
-    by: list[str]
-    group: str = Field(description="the grouping of ``days``")
-    rows: list[UsageRowOut]
-    days: list[UsageDayOut] = Field(description="held and busy GPU-seconds per UTC day and group")
-    wasted: list[WastedTrialOut] = Field(description="the ten trials that wasted most")
-
-
-class FrontierTrialOut(BaseModel):
-    trial_id: int
-    name: str
-    state: str
-    objective: float | None = Field(description="the first objective value, null without one")
-    gpu_hours: float = Field(description="GPU-hours held (attributed GPUs x its span)")
-    peak_gpu_mem: float | None = Field(description="bytes, null without gpu.mem")
-    on_hours_front: bool = Field(description="on the Pareto front of objective vs GPU-hours")
-    on_mem_front: bool = Field(description="on the front of objective vs peak GPU memory")
-
-
-class FrontierOut(BaseModel):
-    direction: str | None = Field(description="minimize or maximize; null: unknown (minimized)")
-    trials: list[FrontierTrialOut]
-    best_trial_id: int | None = Field(description="the best completed trial")
-    fit: dict[str, Any] | None = Field(
-        description="the best trial's right-size evidence (the right_size finding's), or null"
-    )
-    saying: str | None = Field(description="the best trial would have fit on X, at $Y ...")
+    @classmethod
+    def of_event(cls, e: Event) -> Json:
+        """A ``checkpoint`` event as a checkpoint: ``path`` and ``bytes`` come from its data."""
+        data = e.data or {}
+        path = data.get("path")
+        size = data.get("bytes")
+        return cls.make(
+            t=e.t,
+            name=e.name,
+            step=e.step,
+            path=path if isinstance(path, str) else None,
+            bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
+        )

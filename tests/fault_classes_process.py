@@ -89,7 +89,7 @@ CUDA_MESSAGE = "CUDA out of memory. Tried to allocate 80.00 GiB"
 
 def _loop_line() -> int:
     """The line of :data:`fault_helpers.TRAINING` that begins a step (as ``-c`` numbers it)."""
-    return TRAINING.split("\n").index("    a = time.monotonic()") + 1
+    return TRAINING.split("\n").index("    a = now()") + 1
 
 
 def _sent(cell: Cell) -> bool:

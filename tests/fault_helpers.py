@@ -182,36 +182,57 @@ import json, os, sys, time
 import tunescope.record as ts
 
 store, seconds, interval, hold = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-t0 = time.monotonic()
+
+
+def now():  # (monotonic s, this thread's wait for a CPU so far, s: schedstat's run delay)
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return time.monotonic(), int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return time.monotonic(), 0.0
+
+
+def held(since):  # seconds since `since` the thread was held, less its wait for a CPU
+    t, q = now()
+    queued[0] += q - since[1]
+    return (t - since[0]) - (q - since[1])
+
+
+queued = [0.0]
+t0 = now()
 run = ts.run("faults", store=store or None, interval=interval)
-enter_run = time.monotonic() - t0
-t1 = time.monotonic()
+enter_run = held(t0)
+t1 = now()
 trial = run.trial("t", params={"lr": 0.1}).__enter__()
-enter = time.monotonic() - t1
+enter = held(t1)
 print("started", trial.key, flush=True)
 marks, longest, k = 0, 0.0, 0
 end = time.monotonic() + seconds
 while time.monotonic() < end:
-    a = time.monotonic()
+    a = now()
     trial.mark(f"m{k}")
     trial.log(step=k, loss=float(k))
-    longest = max(longest, time.monotonic() - a)
+    longest = max(longest, held(a))
     marks += 1
     k += 1
     time.sleep(0.05)
-t2 = time.monotonic()
+t2 = now()
 trial.__exit__(None, None, None)
-leave = time.monotonic() - t2
+leave = held(t2)
 print(json.dumps({"marks": marks, "enter_run": enter_run, "enter": enter, "leave": leave,
-                  "longest_call": longest, "key": trial.key, "pid": os.getpid()}), flush=True)
+                  "longest_call": longest, "queued": queued[0], "key": trial.key,
+                  "pid": os.getpid()}), flush=True)
 if hold == "hold":
     sys.stdin.readline()
 """
 """A training of known shape: ``mark(f"m{k}")`` and ``log(step=k, loss=k)`` every 50 ms for
 the given seconds, in trial "t" of run "faults"; it prints ``started KEY``, then a JSON line with
 how many marks it made, how long entering and leaving held it, the longest SDK call, and the
-trial's key. Arguments: store URL ('' for $TUNESCOPE_STORE), seconds, interval, and "hold" to
-wait for a line on stdin before exiting."""
+trial's key. A hold is the time the call took less the time the thread waited for a CPU
+meanwhile (its run-queue delay, ``/proc/thread-self/schedstat``): what a busy machine adds and
+no code can bound; that wait, summed over the measured calls, is ``queued``. Arguments: store
+URL ('' for $TUNESCOPE_STORE), seconds, interval, and "hold" to wait for a line on stdin before
+exiting."""
 
 
 class Training(subprocess.Popen[str]):

@@ -17,12 +17,16 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tunescope.errors import StoreError
-from tunescope.store.clickhouse import BulkStore, open_bulk
+from tunescope.store.clickhouse import BulkStore, Server, open_bulk, parse_url
 from tunescope.store.clickhouse._chdb import ChdbTransport
+from tunescope.store.clickhouse._http import HttpTransport
 
 CH_URL = os.environ.get("TUNESCOPE_TEST_CLICKHOUSE")
-KINDS = ["embedded", "server"]
-"""The ClickHouses a test may run on (``params=KINDS`` of a fixture)."""
+KINDS = ["embedded", "driver", "server"]
+"""The ClickHouses a test may run on (``params=KINDS`` of a fixture): the embedded engine
+through its transport; the server's transport (``clickhouse-connect``'s calls, parameters and
+inserts) over the driver's own backend on that engine, so that all but the wire runs for real
+without a server; a real server."""
 
 _FOLDER: list[str] = []
 
@@ -66,10 +70,19 @@ def fresh_url(kind: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, ""))
 
 
+def _driver_bulk() -> BulkStore:
+    from clickhouse_connect.driver._chdbclient import ChdbClient
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    server = parse_url(f"clickhouse://default@localhost/{name}")
+    assert isinstance(server, Server)
+    return BulkStore(HttpTransport(server, client=ChdbClient(path=engine_folder())))
+
+
 @contextlib.contextmanager
 def fresh_bulk(kind: str) -> Iterator[BulkStore]:
     """A BulkStore on a new database of the ClickHouse of ``kind``, dropped after."""
-    bulk = open_bulk(fresh_url(kind))
+    bulk = _driver_bulk() if kind == "driver" else open_bulk(fresh_url(kind))
     try:
         yield bulk
     finally:

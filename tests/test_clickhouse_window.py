@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clickhouse_helpers import chdb_engine, fresh_bulk
+from clickhouse_helpers import KINDS, chdb_engine, fresh_bulk
 from store_helpers import check_window_exact
 from tunescope.store._contract import _Parts
 from tunescope.store._model import Bucket, SeriesInfo, Window
@@ -27,9 +27,9 @@ T0 = 1_700_000_000.0
 _IDS = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def bulk(chdb_engine: str) -> Iterator[BulkStore]:
-    with fresh_bulk("embedded") as b:
+@pytest.fixture(scope="module", params=KINDS)
+def bulk(request: pytest.FixtureRequest, chdb_engine: str) -> Iterator[BulkStore]:
+    with fresh_bulk(request.param) as b:
         yield b
 
 

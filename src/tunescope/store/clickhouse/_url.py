@@ -171,4 +171,5 @@ def _embedded(url: str) -> Embedded:
         raise ConfigError(f"ClickHouse URL {url!r} names no folder: use chdb:PATH")
     params = _params(url, url, ("database",))
     database = _name(params.get("database", EMBEDDED_DATABASE), "database", url)
-    return Embedded(url=url, path=os.path.abspath(os.path.expanduser(path)), database=database)
+    # the engine compares folders as spelled: one folder, one spelling
+    return Embedded(url=url, path=os.path.realpath(os.path.expanduser(path)), database=database)

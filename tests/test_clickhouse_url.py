@@ -31,10 +31,14 @@ def test_server_urls() -> None:
 
 
 def test_embedded_urls(tmp_path: Path) -> None:
-    e = parse_url(f"chdb://{tmp_path}/x?database=runs")
+    e = parse_url(f"chdb://{tmp_path}/x/?database=runs")
     assert e == Embedded(
-        url=f"chdb://{tmp_path}/x?database=runs", path=f"{tmp_path}/x", database="runs"
+        url=f"chdb://{tmp_path}/x/?database=runs", path=f"{tmp_path}/x", database="runs"
     )
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    linked = parse_url(f"chdb:{tmp_path}/link")  # the engine compares folders as spelled
+    assert isinstance(linked, Embedded) and linked.path == f"{tmp_path}/real"
     assert parse_url("chdb:rel/dir") == Embedded(
         url="chdb:rel/dir", path=str(Path("rel/dir").resolve()), database="tunescope"
     )

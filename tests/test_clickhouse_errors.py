@@ -20,9 +20,9 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from clickhouse_helpers import chdb_engine, fresh_bulk
 from tunescope.errors import Rejected, SchemaError, StoreError, StoreUnavailable
-from tunescope.store._spool import classify
 from tunescope.store.clickhouse import BulkStore, Column, connect, translate
 from tunescope.store.clickhouse._chdb import ChdbTransport
+from tunescope.store.produce._spool import classify
 
 pytestmark = pytest.mark.usefixtures(chdb_engine.__name__)
 

@@ -1,6 +1,6 @@
 """ClickHouse's errors as ours, at the boundary: what waiting may cure is StoreUnavailable, what
-proves a batch wrong is Rejected, the rest StoreError (see ``classify`` in ``store/_spool.py``,
-the one policy writers follow, which looks at our classes only).
+proves a batch wrong is Rejected, the rest StoreError (see ``classify`` in
+``store/produce/_spool.py``, the one policy writers follow, which looks at our classes only).
 
 Both transports report a server error with its number (``Code: 164. DB::Exception: …``; the
 HTTP client also has it from the ``X-ClickHouse-Exception-Code`` header). Errors with no number

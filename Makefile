@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,server,prometheus,otel,postgres,gpu,torch,lightning,hf,optuna,ray,mlflow,wandb,tensorboard,demo,pandas,serve]'
+	$(BIN)/pip install -q -e '.[dev,server,prometheus,otel,postgres,clickhouse,gpu,torch,lightning,hf,optuna,ray,mlflow,wandb,tensorboard,demo,pandas,serve]'
 	touch $(STAMP)
 
 # The page's build needs Node only: its API types come from web/openapi.json, which is committed

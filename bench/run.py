@@ -4,7 +4,7 @@ assertions in the test suite (shared machines are noisy).
 
 ``python bench/run.py [SECTION...]`` runs only the sections named (``store``, ``record``,
 ``sampler``, ``api``, ``browser``, ``browser_scale``, ``soak``, ``team``, ``retention``,
-``serving``, ``usage``: each
+``serving``, ``usage``, ``clickhouse``: each
 ``bench_SECTION.py``); ``make bench-sampler`` runs the sampler's alone."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ BENCHES = [
     "bench_retention.py",
     "bench_serving.py",
     "bench_usage.py",
+    "bench_clickhouse.py",
 ]
 
 

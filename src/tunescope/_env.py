@@ -16,6 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "ENV_CA_BUNDLE",
+    "ENV_CLICKHOUSE_PASSWORD",
     "ENV_CLOCK",
     "ENV_COMPLETE",
     "ENV_GPU_REPLAY",
@@ -68,7 +69,13 @@ ENV_TOKEN = _var(
 )
 ENV_CA_BUNDLE = _var(
     "TUNESCOPE_CA_BUNDLE",
-    "A file of CA certificates to trust for an `https://` store, instead of the system's.",
+    "A file of CA certificates to trust for an `https://` or `clickhouses://` store, instead "
+    "of the system's.",
+)
+ENV_CLICKHOUSE_PASSWORD = _var(
+    "TUNESCOPE_CLICKHOUSE_PASSWORD",
+    "The password of a ClickHouse server's user (`clickhouse://USER@HOST:8123/DB`) when its "
+    "URL names no `passfile`; never in the URL.",
 )
 ENV_SPOOL = _var(
     "TUNESCOPE_SPOOL",

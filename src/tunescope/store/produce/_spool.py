@@ -123,7 +123,8 @@ def classify(exc: BaseException) -> Verdict:
       again.
 
     Drivers' errors are translated to these classes where they are raised (``sql/_postgres.py``,
-    ``sql/_sqlite.py``, ``remote/_client.py``); this function looks at our classes only."""
+    ``sql/_sqlite.py``, ``remote/_client.py``, ``clickhouse/_errors.py``); this function looks
+    at our classes only."""
     if isinstance(exc, (Rejected, Conflict)):
         return "rejected"
     if isinstance(exc, AccessDenied):

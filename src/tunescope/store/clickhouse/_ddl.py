@@ -1,0 +1,136 @@
+"""The DDL of the bulk tables, written once for one server (MergeTree) and for a cluster
+(``?cluster=NAME``: ReplicatedMergeTree on every replica of every shard, and Distributed tables
+over them). Queries name the same four tables either way: ``samples``, ``minutes``, ``events``
+and ``scalars``, which on a cluster are the Distributed tables over ``*_local``.
+
+``samples`` (series_id, t, value): t in integer milliseconds since the epoch (``Int64``: the
+store's whole range of times, where ``DateTime64(3)`` ends in 2299; the ``time`` column shows
+it as a date), value the store's float32. Ordered by (series_id, t), partitioned by day. Codecs
+as measured on the 1 Hz mixes of ``make bench`` (bytes a sample of the column):
+
+* series_id: ``Delta, ZSTD(1)``: 0.01 (one value for thousands of rows in this order);
+  ``LowCardinality(UInt64)`` is refused by default as a type that gains nothing;
+* t: ``Delta, ZSTD(1)``: 0.50 on times with a sampler's millisecond jitter, where
+  ``DoubleDelta, ZSTD(1)`` takes 0.89 (the difference of two jitters is wider than one);
+* value: ``Gorilla, ZSTD(1)``: best of Gorilla, FPC, Delta and ZSTD alone over the mix as a
+  whole (1.41 against 1.43 to 1.45; noisy floats cost about 3 bytes whichever).
+
+``minutes``: per series and minute, the count, min, max and sum of its samples and the times of
+its first and last one, kept by a materialized view from every insert into ``samples`` in the
+same insert (so rollups never lag, and a deduplicated insert adds to neither). Its columns are
+``SimpleAggregateFunction``s of an AggregatingMergeTree: parts merge by min, max and sum, so min
+and max stay exact whatever the order of inserts, and a read sums rows of one minute not merged
+yet (``GROUP BY minute``).
+
+Every table deduplicates inserts by ``insert_deduplication_token``: for MergeTree only with
+``non_replicated_deduplication_window`` set (it is 0 by default), for ReplicatedMergeTree with
+``replicated_deduplication_window``. Both keep the last :data:`DEDUP_WINDOW` insert blocks.
+
+On a cluster, rows go to a shard by series (samples, minutes) or by trial (events, scalars):
+a window or a trial's events are read from one shard. Inserts into a Distributed table are
+made synchronous (``insert_distributed_sync``, see ``_bulk.py``), so a retried insert reaches
+the same shards with the same token and is deduplicated there.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DEDUP_WINDOW", "TABLES", "schema"]
+
+DEDUP_WINDOW = 10_000
+"""Insert blocks each table remembers the token (or the hash) of."""
+
+TABLES = ("samples", "minutes", "events", "scalars")
+"""The tables queries name (on a cluster, the Distributed ones)."""
+
+_COLUMNS = {
+    "samples": """
+    series_id UInt64 CODEC(Delta, ZSTD(1)),
+    t Int64 CODEC(Delta, ZSTD(1)),
+    value Float32 CODEC(Gorilla, ZSTD(1)),
+    time DateTime64(3, 'UTC') ALIAS fromUnixTimestamp64Milli(t)""",
+    "minutes": """
+    series_id UInt64 CODEC(Delta, ZSTD(1)),
+    minute Int64 CODEC(Delta, ZSTD(1)),
+    n SimpleAggregateFunction(sum, UInt64) CODEC(ZSTD(1)),
+    vmin SimpleAggregateFunction(min, Float32) CODEC(Gorilla, ZSTD(1)),
+    vmax SimpleAggregateFunction(max, Float32) CODEC(Gorilla, ZSTD(1)),
+    vsum SimpleAggregateFunction(sum, Float64) CODEC(Gorilla, ZSTD(1)),
+    t_first SimpleAggregateFunction(min, Int64) CODEC(Delta, ZSTD(1)),
+    t_last SimpleAggregateFunction(max, Int64) CODEC(Delta, ZSTD(1))""",
+    "events": """
+    trial_id UInt64,
+    t Float64,
+    seq UInt64,
+    kind LowCardinality(String),
+    name Nullable(String),
+    step Nullable(Int64),
+    duration Nullable(Float64),
+    value Nullable(Float64),
+    data Nullable(String) CODEC(ZSTD(1))""",
+    "scalars": """
+    trial_id UInt64,
+    name LowCardinality(String),
+    seq UInt64,
+    step Nullable(Int64),
+    t Float64,
+    value Float64""",
+}
+
+_LAYOUT = {
+    "samples": ("MergeTree", "intDiv(t, 86400000)", "(series_id, t)"),
+    "minutes": ("AggregatingMergeTree", "intDiv(minute, 43200)", "(series_id, minute)"),
+    "events": ("MergeTree", "intDiv(toInt64(t), 2592000)", "(trial_id, t, seq)"),
+    "scalars": ("MergeTree", "intDiv(toInt64(t), 2592000)", "(trial_id, name, seq)"),
+}
+"""Engine, partition (samples by day, minutes by 30 days of minutes, events and scalars by 30
+days) and order of each table."""
+
+_SHARD_BY = {
+    "samples": "series_id",
+    "minutes": "series_id",
+    "events": "trial_id",
+    "scalars": "trial_id",
+}
+
+_ROLLUP = """SELECT series_id, toInt64(floor(t / 60000)) AS minute, count() AS n,
+    min(value) AS vmin, max(value) AS vmax, sum(toFloat64(value)) AS vsum,
+    min(t) AS t_first, max(t) AS t_last
+FROM {db}.{source}
+GROUP BY series_id, minute"""
+"""What the view adds to ``minutes`` for each block inserted into ``samples``."""
+
+
+def schema(database: str, cluster: str | None = None) -> list[str]:
+    """The statements that create the database and its tables where they are missing (each
+    ``IF NOT EXISTS``: running them again changes nothing). ``cluster``: on every node of
+    that cluster (``ON CLUSTER``), replicated, with Distributed tables under the names
+    queries use."""
+    on = f" ON CLUSTER {cluster}" if cluster else ""
+    out = [f"CREATE DATABASE IF NOT EXISTS {database}{on}"]
+    for table in TABLES:
+        engine, partition, order = _LAYOUT[table]
+        local = f"{table}_local" if cluster else table
+        if cluster:
+            path = f"'/clickhouse/tables/{{shard}}/{database}/{local}', '{{replica}}'"
+            engine = f"Replicated{engine}({path})"
+            window = f"replicated_deduplication_window = {DEDUP_WINDOW}"
+        else:
+            window = f"non_replicated_deduplication_window = {DEDUP_WINDOW}"
+        out.append(
+            f"CREATE TABLE IF NOT EXISTS {database}.{local}{on} ({_COLUMNS[table]}\n)"
+            f"\nENGINE = {engine}\nPARTITION BY {partition}\nORDER BY {order}"
+            f"\nSETTINGS {window}"
+        )
+    source, target = ("samples_local", "minutes_local") if cluster else ("samples", "minutes")
+    out.append(
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {database}.minutes_view{on}"
+        f" TO {database}.{target} AS\n" + _ROLLUP.format(db=database, source=source)
+    )
+    if cluster:
+        for table in TABLES:
+            out.append(
+                f"CREATE TABLE IF NOT EXISTS {database}.{table}{on}"
+                f" AS {database}.{table}_local\n"
+                f"ENGINE = Distributed({cluster}, {database}, {table}_local, {_SHARD_BY[table]})"
+            )
+    return out

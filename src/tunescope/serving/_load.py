@@ -156,9 +156,11 @@ class LevelResult:
     level: float
     start: float
     end: float = 0.0
-    results: list[RequestResult] = field(default_factory=list)
+    # not in the repr: asyncio.run formats its task's result (this) when it restores the
+    # SIGINT handler, and every request's repr cost ~12 µs a request at each level's end
+    results: list[RequestResult] = field(default_factory=list, repr=False)
     failed: str | None = None
-    samples: list[tuple[Any, ...]] = field(default_factory=list)
+    samples: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
     key: str = ""
 
 

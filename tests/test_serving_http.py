@@ -80,13 +80,14 @@ class Fed:
 
 def test_a_chunked_body_is_the_same_however_its_bytes_are_cut() -> None:
     body = [token(" a"), token(" b") + token(" c"), sse({"choices": [], "usage": {}}), b"x;y"]
-    raw = CHUNKED + chunked(*body, trailers=b"X-Trailer: 1\r\n")
+    # a chunk extension, a token per chunk, two in one, a trailer
+    raw = CHUNKED + b"5;ext=1\r\nhello\r\n" + chunked(*body, trailers=b"X-Trailer: 1\r\n")
     n = 0
     for segments in cuts(raw):
         fed = Fed(segments)
         assert fed.head is not None and fed.head[0] == 200, segments
         assert fed.head[1]["transfer-encoding"] == "chunked"
-        assert fed.body == b"".join(body), segments
+        assert fed.body == b"hello" + b"".join(body), segments
         assert fed.ended and fed.keep and fed.phase == "idle", segments
         n += 1
     assert n > 2 * len(raw)
@@ -164,7 +165,7 @@ def test_a_sink_that_raises_ends_the_exchange_with_its_error() -> None:
 # ---------------------------------------------------------------------------- the stream
 def events(pieces: list[tuple[bytes, float]], chat: bool = False) -> RequestResult:
     res = RequestResult(0, 0.0, 0.0, None, [], None, None, None, 200)
-    sink = _Events(res, 10.0, chat)
+    sink = _Events(res, 10.0, chat).feed
     for piece, t in pieces:
         sink(piece, t)
     return res
@@ -293,3 +294,8 @@ def test_a_fresh_connection_closed_unanswered_is_an_error_not_a_retry() -> None:
     srv = Server(drop=0)
     assert srv.run(1) == ["the server closed the connection unanswered"]
     assert (srv.connections, srv.requests) == (1, 1)
+
+
+def test_the_stored_itls_are_rounded_to_a_tenth_of_a_millisecond() -> None:
+    itl = [0.00512349, 0.00005001, 0.0, 1.23456789, 0.00004999]
+    res = RequestResult(0, 100.0, 1.5, 0.25, itl, 7, 6, None, 200, done=True)

@@ -37,6 +37,7 @@ Sink = Callable[[bytes, float], None]
 """Takes a piece of a response's body and the ``time.perf_counter()`` of its arrival."""
 
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
+_clock = time.perf_counter
 
 
 class TransportError(Exception):
@@ -179,7 +180,7 @@ class _Wire(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        t = time.perf_counter()
+        t = _clock()
         phase = self.phase
         try:
             if phase == "body":
@@ -345,9 +346,12 @@ class _Wire(asyncio.Protocol):
                         self.buf = data[p:]
                     return
                 try:
-                    size = int(data[p:i].split(b";", 1)[0].strip() or b"x", 16)
-                except ValueError:
-                    size = -1
+                    size = int(data[p:i], 16)
+                except ValueError:  # with extensions (or not a size)
+                    try:
+                        size = int(data[p:i].split(b";", 1)[0].strip() or b"x", 16)
+                    except ValueError:
+                        size = -1
                 if size < 0:
                     self._fail(TransportError("malformed chunked body"))
                     return
@@ -355,7 +359,10 @@ class _Wire(asyncio.Protocol):
                 if size == 0:
                     self.trailers = True
                 elif p + size + 2 <= n:  # the whole chunk is here (a token's, usually)
-                    self._emit(data[p : p + size], t)
+                    if (sink := self.sink) is not None:
+                        sink(data[p : p + size], t)
+                    else:
+                        self.early.append((data[p : p + size], t))
                     p += size + 2
                 else:
                     self.left = size + 2

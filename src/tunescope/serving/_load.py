@@ -377,11 +377,12 @@ _DECODE = json.JSONDecoder().raw_decode
 
 
 class _Events:
-    """The sink of a streamed response (:meth:`Response.stream`): splits the body into
-    server-sent events as its pieces arrive and fills the request's result, each event timed
-    by the arrival of the piece that completed it. A ``data:`` line is one JSON chunk: its
-    first choice's text (chat: delta content) makes it a token, its ``usage``, ``timings``
-    and ``error`` are kept; ``data: [DONE]`` ends the stream, and what follows is ignored."""
+    """The sink of a streamed response (:meth:`feed`, given to :meth:`Response.stream`):
+    splits the body into server-sent events as its pieces arrive and fills the request's
+    result, each event timed by the arrival of the piece that completed it. A ``data:`` line
+    is one JSON chunk: its first choice's text (chat: delta content) makes it a token, its
+    ``usage``, ``timings`` and ``error`` are kept; ``data: [DONE]`` ends the stream, and what
+    follows is ignored. Runs for every piece of every stream: kept to one call a piece."""
 
     __slots__ = ("chat", "last", "parts", "res", "t0")
 
@@ -393,8 +394,9 @@ class _Events:
         self.parts: list[bytes] = []
         """The pieces of a line not ended yet."""
 
-    def __call__(self, data: bytes, t: float) -> None:
-        if self.res.done:
+    def feed(self, data: bytes, t: float) -> None:
+        res = self.res
+        if res.done:
             return  # the body's end after [DONE]: read, so the connection is kept
         if b"\n" not in data:
             self.parts.append(data)
@@ -412,41 +414,35 @@ class _Events:
                 not line or not (line := line.strip()).startswith(b"data:")
             ):
                 continue  # an event's blank end, a comment or another field
-            self._event(line[5:].strip(), t)
-            if self.res.done:
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                res.done = True
+                res.e2el = t - self.t0
                 return
-
-    def _event(self, payload: bytes, t: float) -> None:
-        res = self.res
-        if payload == b"[DONE]":
-            res.done = True
-            res.e2el = t - self.t0
-            return
-        try:
-            text = payload.decode()
-            chunk, end = _DECODE(text)
-        except ValueError:
-            return
-        if end != len(text) or not isinstance(chunk, dict):
-            return
-        if "error" in chunk:
-            err = chunk["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            res.error = _one_line(f"error in the stream: {msg}")
-        timings = chunk.get("timings")
-        if isinstance(timings, dict):
-            res.engine_timings = timings
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            res.prompt_tokens = pt if isinstance(pt, int) else None
-            res.completion_tokens = ct if isinstance(ct, int) else None
-        if _token_text(chunk, self.chat):
-            if self.last is None:
-                res.ttft = t - self.t0
-            else:
-                res.itl.append(t - self.last)
-            self.last = t
+            try:
+                text = payload.decode()
+                chunk, end = _DECODE(text)
+            except ValueError:
+                continue
+            if end != len(text) or not isinstance(chunk, dict):
+                continue
+            if "error" in chunk:
+                err = chunk["error"]
+                msg = err.get("message") if isinstance(err, dict) else err
+                res.error = _one_line(f"error in the stream: {msg}")
+            if "timings" in chunk and isinstance(chunk["timings"], dict):
+                res.engine_timings = chunk["timings"]
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+                res.prompt_tokens = pt if isinstance(pt, int) else None
+                res.completion_tokens = ct if isinstance(ct, int) else None
+            if _token_text(chunk, self.chat):
+                if self.last is None:
+                    res.ttft = t - self.t0
+                else:
+                    res.itl.append(t - self.last)
+                self.last = t
 
 
 async def _stream(
@@ -459,7 +455,7 @@ async def _stream(
         res.error = _error_message(resp.status, await resp.read(64 * 1024))
         res.e2el = time.perf_counter() - t0
         return
-    await resp.stream(_Events(res, t0, chat))
+    await resp.stream(_Events(res, t0, chat).feed)
     if not res.done:
         res.e2el = time.perf_counter() - t0
         conn.close()

@@ -299,3 +299,8 @@ def test_a_fresh_connection_closed_unanswered_is_an_error_not_a_retry() -> None:
 def test_the_stored_itls_are_rounded_to_a_tenth_of_a_millisecond() -> None:
     itl = [0.00512349, 0.00005001, 0.0, 1.23456789, 0.00004999]
     res = RequestResult(0, 100.0, 1.5, 0.25, itl, 7, 6, None, 200, done=True)
+    kind, t, name, step, duration, value, data = res.event()
+    assert (kind, t, name, step, duration, value) == ("request", 100.0, "ok", 0, 1.5, 0.25)
+    assert data["itl"] == [0.0051, 0.0001, 0.0, 1.2346, 0.0] == [round(x, 4) for x in itl]
+    assert data["tpot"] == (1.5 - 0.25) / 5 and data["t_first"] == 100.25
+    assert res.event() is res.event()  # built once: the writer and the table share it

@@ -125,6 +125,7 @@ class RequestResult:
     """llama.cpp's ``timings`` of the request, when its stream carried them (not stored)."""
     done: bool = False
     """Whether the stream's ``[DONE]`` came."""
+    _event: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -138,10 +139,16 @@ class RequestResult:
         return (self.e2el - self.ttft) / (n - 1)
 
     def event(self) -> tuple[Any, ...]:
+        """The request's stored form, once it is complete (built once: the writer and the
+        CLI's table both read it)."""
+        if self._event is not None:
+            return self._event
         data = {
             "ttft": self.ttft,
             "tpot": self.tpot,
-            "itl": [round(x, 4) for x in self.itl[:MAX_ITL]],
+            # to 0.1 ms: round(x, 4)'s values at a quarter of its cost (it converts to
+            # decimal and back); the two differ only where x * 1e4 rounds onto a tie
+            "itl": [round(x * 1e4) / 1e4 for x in self.itl[:MAX_ITL]],
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "t_first": None if self.ttft is None else self.t + self.ttft,
@@ -149,7 +156,8 @@ class RequestResult:
             "status": self.status,
         }
         name = "ok" if self.ok else "error"
-        return ("request", self.t, name, self.index, self.e2el, self.ttft, data)
+        self._event = ("request", self.t, name, self.index, self.e2el, self.ttft, data)
+        return self._event
 
 
 @dataclass

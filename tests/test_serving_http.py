@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from http_helpers import make_certificates
 from tunescope.serving import Connection, Origin
 from tunescope.serving._http import TransportError, _Wire, get
 from tunescope.serving._load import RequestResult, _Events
@@ -254,13 +257,18 @@ class Server:
             writer.close()
             await writer.wait_closed()
 
-    def run(self, requests: int) -> list[tuple[int, bytes] | str]:
-        """GET /p0, /p1... on one Connection: (status, body) or the TransportError's text."""
+    def run(
+        self, requests: int, tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None
+    ) -> list[tuple[int, bytes] | str]:
+        """GET /p0, /p1... on one Connection: (status, body) or the TransportError's text.
+        ``tls``: the server's context and the client's."""
 
         async def main() -> list[tuple[int, bytes] | str]:
-            server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+            server_tls, client_tls = tls or (None, None)
+            server = await asyncio.start_server(self.handle, "127.0.0.1", 0, ssl=server_tls)
             port = server.sockets[0].getsockname()[1]
-            conn = Connection(Origin.parse(f"http://127.0.0.1:{port}"))
+            scheme = "https" if tls else "http"
+            conn = Connection(Origin.parse(f"{scheme}://127.0.0.1:{port}"), client_tls)
             out: list[tuple[int, bytes] | str] = []
             try:
                 for i in range(requests):
@@ -282,6 +290,19 @@ def test_a_kept_connection_is_reused() -> None:
     srv = Server(drop=None)
     assert srv.run(3) == [(200, b'{"path": "/p%d"}' % i) for i in range(3)]
     assert (srv.connections, srv.requests) == (1, 3)
+
+
+def test_https_with_the_servers_certificate_checked(tmp_path: Path) -> None:
+    ca, cert, key = make_certificates(tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    srv = Server(drop=None)
+    trusted = ssl.create_default_context(cafile=str(ca))
+    assert srv.run(2, (server_tls, trusted)) == [(200, b'{"path": "/p%d"}' % i) for i in (0, 1)]
+    assert (srv.connections, srv.requests) == (1, 2)
+    untrusted = Server(drop=None).run(1, (server_tls, ssl.create_default_context()))
+    assert len(untrusted) == 1 and "CERTIFICATE_VERIFY_FAILED" in str(untrusted[0])
+    assert str(untrusted[0]).startswith("cannot connect to https://127.0.0.1:")
 
 
 def test_a_request_on_a_kept_connection_the_server_dropped_is_sent_again() -> None:

@@ -125,7 +125,7 @@ class RequestResult:
     """llama.cpp's ``timings`` of the request, when its stream carried them (not stored)."""
     done: bool = False
     """Whether the stream's ``[DONE]`` came."""
-    _event: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    _event: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -390,7 +390,7 @@ class _Events:
     result, each event timed by the arrival of the piece that completed it. A ``data:`` line
     is one JSON chunk: its first choice's text (chat: delta content) makes it a token, its
     ``usage``, ``timings`` and ``error`` are kept; ``data: [DONE]`` ends the stream, and what
-    follows is ignored. Runs for every piece of every stream: kept to one call a piece."""
+    follows is ignored. Called for every piece of every stream: kept to one call a piece."""
 
     __slots__ = ("chat", "last", "parts", "res", "t0")
 

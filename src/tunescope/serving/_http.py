@@ -1,32 +1,51 @@
-"""A small HTTP/1.1 client on asyncio streams, for the load generator.
+"""A small HTTP/1.1 client on an asyncio protocol, for the load generator.
 
 Why not httpx or aiohttp: the load generator's own cost is part of what it measures (its CPU
 per 100 requests/s and its TTFT error, ``make bench``), and a token's arrival must be stamped
 when its bytes arrive, not after layers of buffering. This client does what the sweep needs
 and no more: one keep-alive connection per worker, ``Content-Length``, chunked and
-read-until-close bodies, plain HTTP or TLS. Deadlines are one timer per request
-(:class:`Expiry`), not one per read: a per-read ``asyncio.wait_for`` would cost a task for
-every token. It speaks only to the origin it was made for.
+read-until-close bodies, plain HTTP or TLS. It speaks only to the origin it was made for.
+
+Cost: a response is parsed where its bytes arrive, in the protocol's ``data_received``
+(:class:`_Wire`): the body's pieces go, chunked encoding removed, to the caller's sink
+(:meth:`Response.stream`) with the ``time.perf_counter()`` of their arrival. The task that
+made the request wakes twice, for the head and at the body's end, not once per segment (a
+stream reader would wake it for every token and copy each through its buffer). Deadlines
+are one timer per request (:class:`Expiry`), not one per read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
-from collections.abc import AsyncIterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["Connection", "Expiry", "Origin", "Response", "TransportError", "get"]
+__all__ = ["Connection", "Expiry", "Origin", "Response", "Sink", "TransportError", "get"]
 
 MAX_HEADER_BYTES = 64 * 1024
 """The longest response head taken."""
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """The longest non-streamed body read whole (a /metrics page, a model list)."""
+MAX_CHUNK_LINE = 4096
+"""The longest chunk-size line (or trailer section) of a chunked body taken."""
+
+Sink = Callable[[bytes, float], None]
+"""Takes a piece of a response's body and the ``time.perf_counter()`` of its arrival."""
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_clock = time.perf_counter
 
 
 class TransportError(Exception):
     """The server could not be reached, or broke the connection or the protocol."""
+
+
+class _Stale(TransportError):
+    """A kept connection closed before any byte of the answer: the request may be sent again."""
 
 
 class Expiry:
@@ -96,71 +115,293 @@ class Origin:
         return self.prefix + p
 
 
+class _Wire(asyncio.Protocol):
+    """One TCP (or TLS) connection: parses each response as its bytes arrive.
+
+    Phases: ``idle`` (no request out), ``head`` (the status line and headers), ``body``,
+    ``closed``. A body is framed by chunked encoding (``left``: bytes of the current chunk
+    still to come, its closing CRLF included; then its trailers), by ``Content-Length``
+    (``left``) or by the connection's end. Its pieces go to the sink, or wait in ``early``
+    with their arrival times until the caller gives one.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.served = 0
+        self.transport: asyncio.Transport | None = None
+        self.phase = "idle"
+        self.keep = True
+        self.buf = b""
+        self.got = 0
+        self.mode = ""
+        self.left = 0
+        self.trailers = False
+        self.sink: Sink | None = None
+        self.early: list[tuple[bytes, float]] = []
+        self.head: asyncio.Future[tuple[int, dict[str, str]]] = loop.create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
+
+    # -------------------------------------------------------------- the caller's side
+    def begin(self) -> None:
+        """A request is about to be written: expect its response."""
+        self.phase = "head"
+        self.served += 1
+        self.buf = b""
+        self.got = 0
+        self.sink = None
+        self.early = []
+        self.head = self.loop.create_future()
+        self.done = self.loop.create_future()
+
+    def attach(self, sink: Sink) -> None:
+        """Give the body's pieces to ``sink`` from now on, those already come first."""
+        early, self.early = self.early, []
+        self.sink = sink
+        try:
+            for piece, t in early:
+                sink(piece, t)
+        except Exception as exc:  # the sink's own error ends the exchange, in the caller
+            self._fail(exc)
+
+    def close(self) -> None:
+        """Drop the connection; nobody waits on this wire any more."""
+        self.phase = "closed"
+        self.keep = False
+        self.sink = None
+        for fut in (self.head, self.done):
+            if not fut.done():
+                fut.cancel()
+        if self.transport is not None:
+            self.transport.close()
+
+    # -------------------------------------------------------------- asyncio's side
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        t = _clock()
+        phase = self.phase
+        try:
+            if phase == "body":
+                if self.mode == "chunked":
+                    self._chunked(data, t)
+                else:
+                    self._body(data, t)
+            elif phase == "head":
+                self._head(data, t)
+            elif phase == "idle":
+                self.keep = False  # bytes nobody asked for: not a connection to reuse
+        except Exception as exc:  # the sink's (or a parser's) error ends the exchange
+            self._fail(exc)
+
+    def eof_received(self) -> None:
+        return None  # the transport closes; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        phase, self.phase = self.phase, "closed"
+        self.keep = False
+        why = f": {exc}" if exc is not None else ""
+        if phase == "head":
+            if self.got == 0 and self.served > 1:
+                self._fail(_Stale("the kept connection was closed"))
+            elif self.got == 0:
+                self._fail(TransportError(f"the server closed the connection unanswered{why}"))
+            else:
+                self._fail(TransportError(f"connection broken in the response's head{why}"))
+        elif phase == "body":
+            if self.mode == "close":
+                self._finish()
+            else:
+                self._fail(TransportError(f"connection closed mid-body{why}"))
+
+    # -------------------------------------------------------------- parsing
+    def _fail(self, exc: Exception) -> None:
+        self.phase = "closed"
+        self.keep = False
+        self.sink = None
+        for fut in (self.head, self.done):
+            if not fut.done():
+                fut.set_exception(exc)
+                break  # the one the caller waits on now (or next)
+        if self.transport is not None:
+            self.transport.close()
+
+    def _finish(self) -> None:
+        if self.phase != "closed":
+            self.phase = "idle"
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def _emit(self, piece: bytes, t: float) -> None:
+        """Hand ``piece`` on (what the sink raises ends the exchange: data_received)."""
+        sink = self.sink
+        if sink is None:
+            self.early.append((piece, t))
+        else:
+            sink(piece, t)
+
+    def _head(self, data: bytes, t: float) -> None:
+        self.got += len(data)
+        start = max(0, len(self.buf) - 3)
+        buf = self.buf = self.buf + data
+        m = _HEAD_END.search(buf, start)
+        if m is None:
+            if len(buf) > MAX_HEADER_BYTES:
+                self._fail(TransportError("response head too long"))
+            return
+        if m.end() > MAX_HEADER_BYTES:
+            self._fail(TransportError("response head too long"))
+            return
+        lines = buf[: m.start()].decode("latin-1").split("\n")
+        rest, self.buf = buf[m.end() :], b""
+        parts = lines[0].rstrip("\r").split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            self._fail(TransportError(f"not an HTTP response: {buf[:60]!r}"))
+            return
+        hdrs: dict[str, str] = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            hdrs[k.strip().lower()] = v.strip()
+        self.phase = "body"
+        self.left = 0
+        self.trailers = False
+        if "chunked" in hdrs.get("transfer-encoding", "").lower():
+            self.mode = "chunked"
+        elif "content-length" in hdrs:
+            self.mode = "length"
+            try:
+                self.left = int(hdrs["content-length"])
+            except ValueError:
+                self.left = -1
+            if self.left < 0:
+                self.head.set_result((int(parts[1]), hdrs))
+                self._fail(TransportError("malformed Content-Length"))
+                return
+        else:
+            self.mode = "close"
+            self.keep = False
+        if hdrs.get("connection", "").lower() == "close":
+            self.keep = False
+        self.head.set_result((int(parts[1]), hdrs))
+        if self.mode == "length" and self.left == 0:
+            self._finish()
+        if rest:
+            if self.phase == "body":
+                self._body(rest, t)
+            else:
+                self.keep = False  # bytes past the response: not ours to guess
+
+    def _body(self, data: bytes, t: float) -> None:
+        if self.mode == "chunked":
+            self._chunked(data, t)
+        elif self.mode == "length":
+            left = self.left
+            if len(data) > left:
+                data = data[:left]
+                self.keep = False  # bytes past the response: not ours to guess
+            self.left = left - len(data)
+            self._emit(data, t)
+            if self.left == 0:
+                self._finish()
+        else:
+            self._emit(data, t)
+
+    def _chunked(self, data: bytes, t: float) -> None:
+        if self.buf:
+            data, self.buf = self.buf + data, b""
+        p, n = 0, len(data)
+        while p < n:
+            left = self.left
+            if left > 2:  # the chunk's data
+                end = min(n, p + left - 2)
+                self.left = left - (end - p)
+                self._emit(data[p:end], t)
+                p = end
+            elif left > 0:  # its closing CRLF
+                k = min(left, n - p)
+                self.left, p = left - k, p + k
+            elif self.trailers:
+                tail = data[p:]
+                if tail.startswith(b"\r\n"):
+                    end = 2
+                else:
+                    end = tail.find(b"\r\n\r\n") + 4
+                    if end < 4:
+                        if len(tail) > MAX_CHUNK_LINE:
+                            self._fail(TransportError("malformed chunked body"))
+                        else:
+                            self.buf = tail
+                        return
+                if len(tail) > end:
+                    self.keep = False  # bytes past the response: not ours to guess
+                self._finish()
+                return
+            else:  # a chunk's size line
+                i = data.find(b"\r\n", p)
+                if i < 0:
+                    if n - p > MAX_CHUNK_LINE:
+                        self._fail(TransportError("malformed chunked body"))
+                    else:
+                        self.buf = data[p:]
+                    return
+                try:
+                    size = int(data[p:i], 16)
+                except ValueError:  # with extensions (or not a size)
+                    try:
+                        size = int(data[p:i].split(b";", 1)[0].strip() or b"x", 16)
+                    except ValueError:
+                        size = -1
+                if size < 0:
+                    self._fail(TransportError("malformed chunked body"))
+                    return
+                p = i + 2
+                if size == 0:
+                    self.trailers = True
+                elif p + size + 2 <= n:  # the whole chunk is here (a token's, usually)
+                    if (sink := self.sink) is not None:
+                        sink(data[p : p + size], t)
+                    else:
+                        self.early.append((data[p : p + size], t))
+                    p += size + 2
+                else:
+                    self.left = size + 2
+
+
 @dataclass
 class Response:
-    """A response whose body is still to be read: :meth:`chunks` or :meth:`read`."""
+    """A response whose body is still to be read: :meth:`stream` or :meth:`read`."""
 
     status: int
     headers: dict[str, str]
     _conn: Connection
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive (chunked encoding removed)."""
+    async def stream(self, sink: Sink) -> None:
+        """Give the body's pieces (chunked encoding removed) to ``sink`` as they arrive,
+        each with the ``time.perf_counter()`` of its arrival; return at the body's end.
+        ``sink`` runs in the connection's protocol: it must be quick, and an exception it
+        raises ends the exchange and is raised here."""
         c = self._conn
-        te = self.headers.get("transfer-encoding", "").lower()
-        if "chunked" in te:
-            # parsed from whole reads: one await per arriving segment, not two per chunk
-            buf = bytearray()
-            while True:
-                while (i := buf.find(b"\r\n")) < 0:
-                    buf += await c._more()
-                try:
-                    size = int(bytes(buf[:i]).split(b";", 1)[0].strip() or b"x", 16)
-                except ValueError:
-                    c.close()
-                    raise TransportError("malformed chunked body") from None
-                if size == 0:
-                    del buf[: i + 2]
-                    while not buf.startswith(b"\r\n") and b"\r\n\r\n" not in buf:
-                        buf += await c._more()  # trailers, then the empty line
-                    end = 2 if buf.startswith(b"\r\n") else buf.index(b"\r\n\r\n") + 4
-                    if len(buf) > end:  # bytes past the response: not ours to guess
-                        c.keep = False
-                    break
-                need = i + 2 + size + 2
-                while len(buf) < need:
-                    buf += await c._more()
-                yield bytes(buf[i + 2 : i + 2 + size])
-                del buf[:need]
-        elif "content-length" in self.headers:
-            try:
-                left = int(self.headers["content-length"])
-            except ValueError:
-                raise TransportError("malformed Content-Length") from None
-            while left > 0:
-                data = await c._read(min(left, 65536))
-                if not data:
-                    raise TransportError("connection closed mid-body")
-                left -= len(data)
-                yield data
-        else:
-            c.keep = False
-            while True:
-                data = await c._read(65536)
-                if not data:
-                    break
-                yield data
-        if self.headers.get("connection", "").lower() == "close":
-            c.keep = False
+        wire = c._wire
+        assert wire is not None
+        wire.attach(sink)
+        try:
+            await wire.done
+        except BaseException:
+            c.close()
+            raise
         c.busy = False
+        c.keep = wire.keep
 
     async def read(self, limit: int = MAX_BODY_BYTES) -> bytes:
         out = bytearray()
-        async for data in self.chunks():
-            out += data
+
+        def take(piece: bytes, t: float) -> None:
+            out.extend(piece)
             if len(out) > limit:
-                self._conn.close()
                 raise TransportError(f"body longer than {limit} bytes")
+
+        await self.stream(take)
         return bytes(out)
 
 
@@ -171,15 +412,15 @@ class Connection:
     def __init__(self, origin: Origin, ssl_context: ssl.SSLContext | None = None):
         self.origin = origin
         self.ssl = ssl_context
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
+        self._wire: _Wire | None = None
         self.keep = False
         self.busy = False
+        self._host = f"Host: {origin.host}:{origin.port}\r\n"
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
+        if self._wire is not None:
+            self._wire.close()
+        self._wire = None
         self.keep = False
         self.busy = False
 
@@ -192,95 +433,48 @@ class Connection:
     ) -> Response:
         """Send the request and read the response's head (the caller bounds the time:
         :class:`Expiry`)."""
-        if self.busy or not self.keep:
+        if self.busy or not self.keep or self._wire is None or self._wire.phase != "idle":
             self.close()
-        fresh = self.writer is None
+        fresh = self._wire is None
         if fresh:
             await self._open()
-        head = [f"{method} {path} HTTP/1.1", f"Host: {self.origin.host}:{self.origin.port}"]
-        head += ["Accept: */*", "Connection: keep-alive"]
+        wire = self._wire
+        assert wire is not None and wire.transport is not None
+        head = f"{method} {path} HTTP/1.1\r\n{self._host}Accept: */*\r\nConnection: keep-alive\r\n"
         if body is not None:
-            head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         for k, v in (headers or {}).items():
-            head.append(f"{k}: {v}")
-        raw = ("\r\n".join(head) + "\r\n\r\n").encode() + (body or b"")
+            head += f"{k}: {v}\r\n"
+        wire.begin()
+        wire.transport.write((head + "\r\n").encode() + (body or b""))
+        self.busy = True
         try:
-            assert self.writer is not None
-            self.writer.write(raw)
-            self.busy = True
-            status_line = await self._readline()
-            if not status_line and not fresh:  # a kept connection the server had closed
-                self.close()
-                return await self.request(method, path, body, headers)
-        except (ConnectionError, OSError) as exc:
+            status, hdrs = await wire.head
+        except _Stale:
             self.close()
-            if not fresh:
-                return await self.request(method, path, body, headers)
-            raise TransportError(f"connection failed: {exc}") from None
-        parts = status_line.decode("latin-1").split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            return await self.request(method, path, body, headers)
+        except BaseException:
             self.close()
-            raise TransportError(f"not an HTTP response: {status_line[:60]!r}")
-        hdrs: dict[str, str] = {}
-        size = 0
-        while True:
-            line = await self._readline()
-            size += len(line)
-            if size > MAX_HEADER_BYTES:
-                self.close()
-                raise TransportError("response head too long")
-            if not line.strip():
-                break
-            k, _, v = line.decode("latin-1").partition(":")
-            hdrs[k.strip().lower()] = v.strip()
+            raise
         self.keep = True
-        return Response(int(parts[1]), hdrs, self)
+        return Response(status, hdrs, self)
 
     async def _open(self) -> None:
         ctx = self.ssl
         if self.origin.scheme == "https" and ctx is None:
             ctx = ssl.create_default_context()
+        loop = asyncio.get_running_loop()
+        wire = _Wire(loop)
         try:
-            self.reader, self.writer = await asyncio.open_connection(
+            await loop.create_connection(
+                lambda: wire,
                 self.origin.host,
                 self.origin.port,
                 ssl=ctx if self.origin.scheme == "https" else None,
-                limit=MAX_HEADER_BYTES,
             )
         except (OSError, ssl.SSLError) as exc:
             raise TransportError(f"cannot connect to {self.origin.base}: {exc}") from None
-
-    async def _readline(self) -> bytes:
-        assert self.reader is not None
-        try:
-            return await self.reader.readline()
-        except asyncio.CancelledError:
-            self.close()
-            raise
-        except (ValueError, asyncio.LimitOverrunError):
-            self.close()
-            raise TransportError("line too long") from None
-        except (ConnectionError, OSError) as exc:
-            self.close()
-            raise TransportError(f"connection broken: {exc}") from None
-
-    async def _read(self, n: int) -> bytes:
-        assert self.reader is not None
-        try:
-            return await self.reader.read(n)
-        except asyncio.CancelledError:
-            self.close()
-            raise
-        except (ConnectionError, OSError) as exc:
-            self.close()
-            raise TransportError(f"connection broken: {exc}") from None
-
-    async def _more(self) -> bytes:
-        data = await self._read(65536)
-        if not data:
-            self.close()
-            raise TransportError("connection closed mid-body")
-        return data
+        self._wire = wire
 
 
 async def get(conn: Connection, path: str, timeout: float) -> tuple[int, bytes]:

@@ -11,7 +11,9 @@ that a level shorter than the interval still shows the engine under its load (it
 
 Timing: a request's clock starts just before its bytes are written; the first token is the
 first streamed chunk whose text (or chat delta content) is not empty; TTFT, ITL and E2EL are
-differences of ``time.perf_counter()``; stored times are :func:`tunescope._clock.now`.
+differences of ``time.perf_counter()``, a chunk's read where the bytes that complete it
+arrive (the client's protocol, before any task wakes: :class:`_Events`); stored times are
+:func:`tunescope._clock.now`.
 
 Bounds: every level sends at most ``requests`` requests and starts none after ``seconds``;
 every request ends by the per-request ``timeout``; a rate level keeps at most
@@ -123,6 +125,7 @@ class RequestResult:
     """llama.cpp's ``timings`` of the request, when its stream carried them (not stored)."""
     done: bool = False
     """Whether the stream's ``[DONE]`` came."""
+    _event: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -136,10 +139,16 @@ class RequestResult:
         return (self.e2el - self.ttft) / (n - 1)
 
     def event(self) -> tuple[Any, ...]:
+        """The request's stored form, once it is complete (built once: the writer and the
+        CLI's table both read it)."""
+        if self._event is not None:
+            return self._event
         data = {
             "ttft": self.ttft,
             "tpot": self.tpot,
-            "itl": [round(x, 4) for x in self.itl[:MAX_ITL]],
+            # to 0.1 ms: round(x, 4)'s values at a quarter of its cost (it converts to
+            # decimal and back); the two differ only where x * 1e4 rounds onto a tie
+            "itl": [round(x * 1e4) / 1e4 for x in self.itl[:MAX_ITL]],
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "t_first": None if self.ttft is None else self.t + self.ttft,
@@ -147,7 +156,8 @@ class RequestResult:
             "status": self.status,
         }
         name = "ok" if self.ok else "error"
-        return ("request", self.t, name, self.index, self.e2el, self.ttft, data)
+        self._event = ("request", self.t, name, self.index, self.e2el, self.ttft, data)
+        return self._event
 
 
 @dataclass
@@ -156,9 +166,11 @@ class LevelResult:
     level: float
     start: float
     end: float = 0.0
-    results: list[RequestResult] = field(default_factory=list)
+    # not in the repr: asyncio.run formats its task's result (this) when it restores the
+    # SIGINT handler, and every request's repr cost ~12 µs a request at each level's end
+    results: list[RequestResult] = field(default_factory=list, repr=False)
     failed: str | None = None
-    samples: list[tuple[Any, ...]] = field(default_factory=list)
+    samples: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
     key: str = ""
 
 
@@ -368,6 +380,79 @@ async def send(conn: Connection, cfg: LoadConfig, body: bytes, index: int) -> Re
         return res
 
 
+_DECODE = json.JSONDecoder().raw_decode
+"""One JSON document from the start of a str: (document, where it ended)."""
+
+
+class _Events:
+    """The sink of a streamed response (:meth:`feed`, given to :meth:`Response.stream`):
+    splits the body into server-sent events as its pieces arrive and fills the request's
+    result, each event timed by the arrival of the piece that completed it. A ``data:`` line
+    is one JSON chunk: its first choice's text (chat: delta content) makes it a token, its
+    ``usage``, ``timings`` and ``error`` are kept; ``data: [DONE]`` ends the stream, and what
+    follows is ignored. Called for every piece of every stream: kept to one call a piece."""
+
+    __slots__ = ("chat", "last", "parts", "res", "t0")
+
+    def __init__(self, res: RequestResult, t0: float, chat: bool):
+        self.res = res
+        self.t0 = t0
+        self.chat = chat
+        self.last: float | None = None
+        self.parts: list[bytes] = []
+        """The pieces of a line not ended yet."""
+
+    def feed(self, data: bytes, t: float) -> None:
+        res = self.res
+        if res.done:
+            return  # the body's end after [DONE]: read, so the connection is kept
+        if b"\n" not in data:
+            self.parts.append(data)
+            return
+        if self.parts:
+            self.parts.append(data)
+            data = b"".join(self.parts)
+            self.parts = []
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        if tail:
+            self.parts.append(tail)
+        for line in lines:
+            if not line.startswith(b"data:") and (
+                not line or not (line := line.strip()).startswith(b"data:")
+            ):
+                continue  # an event's blank end, a comment or another field
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                res.done = True
+                res.e2el = t - self.t0
+                return
+            try:
+                text = payload.decode()
+                chunk, end = _DECODE(text)
+            except ValueError:
+                continue
+            if end != len(text) or not isinstance(chunk, dict):
+                continue
+            if "error" in chunk:
+                err = chunk["error"]
+                msg = err.get("message") if isinstance(err, dict) else err
+                res.error = _one_line(f"error in the stream: {msg}")
+            if "timings" in chunk and isinstance(chunk["timings"], dict):
+                res.engine_timings = chunk["timings"]
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+                res.prompt_tokens = pt if isinstance(pt, int) else None
+                res.completion_tokens = ct if isinstance(ct, int) else None
+            if _token_text(chunk, self.chat):
+                if self.last is None:
+                    res.ttft = t - self.t0
+                else:
+                    res.itl.append(t - self.last)
+                self.last = t
+
+
 async def _stream(
     conn: Connection, path: str, body: bytes, chat: bool, res: RequestResult, t0: float
 ) -> None:
@@ -378,49 +463,7 @@ async def _stream(
         res.error = _error_message(resp.status, await resp.read(64 * 1024))
         res.e2el = time.perf_counter() - t0
         return
-    last: float | None = None
-    buf = b""
-    async for data in resp.chunks():
-        if res.done:
-            continue  # the body's end after [DONE]: read, so the connection is kept
-        now = time.perf_counter()
-        buf += data
-        while True:
-            cut = buf.find(b"\n")
-            if cut < 0:
-                break
-            line, buf = buf[:cut].strip(), buf[cut + 1 :]
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                res.done = True
-                res.e2el = now - t0
-                break
-            try:
-                chunk = json.loads(payload)
-            except ValueError:
-                continue
-            if not isinstance(chunk, dict):
-                continue
-            if "error" in chunk:
-                err = chunk["error"]
-                msg = err.get("message") if isinstance(err, dict) else err
-                res.error = _one_line(f"error in the stream: {msg}")
-            timings = chunk.get("timings")
-            if isinstance(timings, dict):
-                res.engine_timings = timings
-            usage = chunk.get("usage")
-            if isinstance(usage, dict):
-                pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-                res.prompt_tokens = pt if isinstance(pt, int) else None
-                res.completion_tokens = ct if isinstance(ct, int) else None
-            if _token_text(chunk, chat):
-                if last is None:
-                    res.ttft = now - t0
-                else:
-                    res.itl.append(now - last)
-                last = now
+    await resp.stream(_Events(res, t0, chat).feed)
     if not res.done:
         res.e2el = time.perf_counter() - t0
         conn.close()

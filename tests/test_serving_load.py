@@ -75,14 +75,16 @@ def generated(url: str) -> float:
 
 @pytest.fixture(scope="module")
 def slo(engine: str, tmp_path_factory: pytest.TempPathFactory) -> float:
-    """A TTFT target (s) between the TTFTs at concurrency 2 and 6, from a short level at 2
-    measured first on this machine, loaded or not: the geometric mean of its p99 TTFT and its
-    median end-to-end latency. At 6 a request waits for about two requests of a slot to end
-    (4 queued, 2 slots), so its TTFT is near twice that latency: the target sits a factor
-    sqrt(E2EL/TTFT) (about 5 here) from both."""
+    """A TTFT target (s) between the TTFTs at concurrency 2 and 6, from a level at 2 of the
+    sweep's size measured first on this machine, loaded or not (its p99 TTFT is the tail the
+    sweep's level at 2 draws too): the geometric mean of that p99 TTFT and twice its median
+    end-to-end latency. At 6 a request waits for about two requests of a slot to end (4
+    queued, 2 slots), so its TTFT is near twice that latency: the target sits a factor
+    sqrt(2 E2EL/TTFT) (about 7 here) from both. The geometric mean of TTFT and E2EL, a factor
+    5 from the p99 at 2, was missed there about once in five runs on a busy machine."""
     db = str(tmp_path_factory.mktemp("calibrate") / "s.db")
     p = cli(
-        "load", engine, "--concurrency", "2", "--requests", "8",
+        "load", engine, "--concurrency", "2", "--requests", str(REQUESTS),
         "--output-tokens", str(OUTPUT_TOKENS), "--prompt-tokens", "8", "--ignore-eos",
         "--run", "calibrate", "--store", db,
     )  # fmt: skip
@@ -91,7 +93,7 @@ def slo(engine: str, tmp_path_factory: pytest.TempPathFactory) -> float:
         (t,) = st.list_trials(st.get_run("calibrate").id)
         s = level_stats(st.all_events(t.id, kinds=["request"]))
     assert s.ttft.p99 is not None and s.e2el.p50 is not None
-    return max(1, round(1000 * math.sqrt(s.ttft.p99 * s.e2el.p50))) / 1000  # whole ms
+    return max(1, round(1000 * math.sqrt(s.ttft.p99 * 2 * s.e2el.p50))) / 1000  # whole ms
 
 
 @pytest.fixture(scope="module")

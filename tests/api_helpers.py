@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -11,6 +9,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from http_helpers import run_async
 from tunescope.server import create_app, release_store
 
 __all__ = ["app_over", "request"]
@@ -54,10 +53,4 @@ def request(
                 method, path, headers=sent, params=params, json=json, content=content
             )
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # the usual case: no loop in this thread
-        return asyncio.run(go())
-    # a loop already runs in this thread (a session-wide Playwright browser): use another one
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, go()).result()
+    return run_async(go())

@@ -3,6 +3,8 @@ own (so that it can be killed with SIGKILL and started again on the same port)."
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import http.client
 import os
@@ -13,10 +15,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from tunescope.store import open_store
 from tunescope.store.sql._sql import SQLStore
+
+T = TypeVar("T")
 
 _SERVE = textwrap.dedent(
     """
@@ -30,6 +36,18 @@ _SERVE = textwrap.dedent(
                 ssl_certfile=cert or None, ssl_keyfile=key or None)
     """
 )
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``, in a thread of its own when a loop already runs in this one: a
+    session's Playwright browser (its sync API) keeps one running in the main thread, so
+    asyncio.run there fails in every test after the first browser test."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: no loop in this thread
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def free_port() -> int:

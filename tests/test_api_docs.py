@@ -3,7 +3,6 @@ documented route exists."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from fastapi import FastAPI
 
 from api_helpers import app_over
 from browser_helpers import ensure_built
+from http_helpers import run_async
 from tunescope import server
 from tunescope.server import create_app
 from tunescope.server._app import release_store
@@ -110,7 +110,7 @@ def _get(app: FastAPI, url: str) -> httpx.Response:
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get(url)
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ becomes input-bound while the server runs, and the cache in front of the analysi
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from api_helpers import app_over
+from http_helpers import run_async
 from tunescope import analyze
 from tunescope.analyze import findings_for_trial
 from tunescope.server import _queries
@@ -38,7 +38,7 @@ def call(app: FastAPI, url: str) -> httpx.Response:
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get(url)
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 def ok(app: FastAPI, url: str, model: Any) -> Any:

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from api_helpers import app_over, request
+from http_helpers import run_async
 from store_helpers import damage_chunk
 from tunescope.metrics import CATALOG, GIB
 from tunescope.server import _schema as schema
@@ -469,7 +470,7 @@ def test_concurrent_requests_share_one_store(app: FastAPI, data: Data) -> None:
             reqs += [c.get("/api/runs") for _ in range(4)]
             return await asyncio.gather(*reqs)
 
-    responses = asyncio.run(many())
+    responses = run_async(many())
     assert all(r.status_code == 200 for r in responses)
     first = {r.json()["metric"]: r.json() for r in responses[:4]}
     for r in responses[4:16]:

@@ -3,7 +3,6 @@ app: the page, its files, the API and every kind of error."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from api_helpers import app_over, request
+from http_helpers import run_async
 from tunescope.server import create_app, serve
 from tunescope.server._app import release_store
 from tunescope.server._security import CSP
@@ -163,7 +163,7 @@ def test_a_request_without_a_host_header_is_refused(app: FastAPI) -> None:
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 8765),
     }
-    asyncio.run(app(scope, receive, send))
+    run_async(app(scope, receive, send))
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 400
     assert b'"code":"bad_host"' in b"".join(m.get("body", b"") for m in sent[1:])
 

@@ -17,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 
 from api_helpers import app_over
+from http_helpers import run_async
 from tunescope.server import create_app
 from tunescope.server._app import release_store
 
@@ -29,7 +30,7 @@ def get(app: FastAPI, url: str) -> httpx.Response:
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.get(url)
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 @pytest.fixture
@@ -139,7 +140,7 @@ async def _raw_get(app: FastAPI, path: str) -> tuple[int, bytes]:
     ],
 )
 def test_raw_traversal_paths_are_refused(app: FastAPI, path: str) -> None:
-    status, body = asyncio.run(_raw_get(app, path))
+    status, body = run_async(_raw_get(app, path))
     assert b"do not serve" not in body and b"root:" not in body
     assert status == 404 or body == INDEX.encode()
 

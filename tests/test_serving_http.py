@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from http_helpers import make_certificates
+from http_helpers import make_certificates, run_async
 from tunescope.serving import Connection, Origin
 from tunescope.serving._http import TransportError, _Wire, get
 from tunescope.serving._load import RequestResult, _Events
@@ -283,7 +283,7 @@ class Server:
                 server.close()
                 await server.wait_closed()
 
-        return asyncio.run(main())
+        return run_async(main())
 
 
 def test_a_kept_connection_is_reused() -> None:

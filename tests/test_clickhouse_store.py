@@ -13,12 +13,13 @@ from urllib.parse import quote
 import pytest
 
 from clickhouse_helpers import chdb_engine, engine_folder, fresh_url
-from tunescope.errors import ConfigError, Conflict
+from tunescope.errors import ConfigError, Conflict, StoreUnavailable
 from tunescope.store import Store, open_store
 from tunescope.store._url import check_url, redact
 from tunescope.store.clickhouse._chdb import ChdbTransport
 from tunescope.store.clickhouse._store import PENDING
 from tunescope.store.produce._batch import Batch, TrialEnd, TrialSpec, new_key
+from tunescope.store.produce._spool import classify
 
 pytestmark = pytest.mark.usefixtures(chdb_engine.__name__)
 
@@ -134,3 +135,26 @@ def test_urls_name_their_metadata_store_and_hide_its_password(tmp_path: Path) ->
     finally:
         _drop(name)
         (Path(engine_folder()) / f"{name}.meta.db").unlink(missing_ok=True)
+
+
+def test_raw_retention_is_refused_in_one_line(store: Store) -> None:
+    with pytest.raises(ConfigError, match="not built for a store on ClickHouse") as err:
+        store.drop_raw(T0)  # type: ignore[attr-defined]
+    assert "\n" not in str(err.value)
+
+
+def test_a_read_only_clickhouse_makes_writers_wait_and_loses_nothing(store: Store) -> None:
+    """As PostgreSQL in "held by design": a ClickHouse that refuses writes (a user or server
+    set read-only, a replica that lost Keeper) is a wait, and the batch sent again once it
+    takes writes lands once."""
+    key = new_key()
+    batch = _batch(key, "b-ro", TrialSpec(key=key, run="r", start=T0))
+    bulk = store.bulk  # type: ignore[attr-defined]
+    bulk._insert_settings["readonly"] = 1  # every insert runs read-only: ClickHouse's 164
+    with pytest.raises(StoreUnavailable, match=r"READONLY|readonly") as err:
+        store.write(batch)
+    assert classify(err.value) == "retry"
+    del bulk._insert_settings["readonly"]
+    tid = store.write(batch)
+    assert _counts(store, tid, store.list_series(tid)[0].id) == (50, 1, 1)
+    assert store.get_trial(tid).state == "completed"

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tunescope.errors import Conflict, NotFound, Rejected
+from tunescope.errors import ConfigError, Conflict, NotFound, Rejected
 from tunescope.store._checks import check_row
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store, _Summary
@@ -50,6 +50,12 @@ PENDING = "pending:"
 """Prefix of the digest a batch id is recorded with while its bulk is being inserted."""
 
 
+_NO_RETENTION = (
+    "{url}: raw retention (compact --keep-raw) is not built for a store on ClickHouse yet; "
+    "its raw samples take about 1.4 bytes each"
+)
+
+
 class ClickHouseBulk:
     """The bulk methods of a store on ClickHouse, before a SQL store's class in the MRO."""
 
@@ -67,9 +73,11 @@ class ClickHouseBulk:
     list_series: Any
     owner: Any
 
-    def __init__(self, *args: Any, bulk: BulkStore, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, bulk: BulkStore, shown: str, **kwargs: Any) -> None:
         self.bulk = bulk
         super().__init__(*args, **kwargs)
+        self.url = shown
+        """The ClickHouse URL as every message shows it (its metadata store's redacted)."""
 
     def close(self) -> None:
         try:
@@ -194,6 +202,14 @@ class ClickHouseBulk:
     def _pending(self, series_id: int, start: float, end: float) -> tuple[F64, F64]:
         return self.bulk.read_samples(series_id, start, end)
 
+    # ------------------------------------------------------------------ raw retention
+    def drop_raw(self, before: float, *, dry_run: bool = False) -> Any:
+        """Refused, in one line: raw retention on ClickHouse is not built yet."""
+        raise ConfigError(_NO_RETENTION.format(url=self.url))
+
+    def trials_with_raw_before(self, before: float) -> list[int]:
+        raise ConfigError(_NO_RETENTION.format(url=self.url))
+
     # ------------------------------------------------------------------ events, scalars
     def add_events(self, events: Iterable[Event]) -> int:
         return self.bulk.insert_events(list(events))
@@ -305,11 +321,22 @@ def open_clickhouse(
         bulk = BulkStore(transport, create=create and not readonly)
         if scheme == "sqlite":
             return ClickHouseSQLiteStore(
-                rest, bulk=bulk, readonly=readonly, create=create, timeout=timeout, project=project
+                rest,
+                bulk=bulk,
+                shown=target.url,
+                readonly=readonly,
+                create=create,
+                timeout=timeout,
+                project=project,
             )
         cls: Any = _postgres_class()
         return cls(  # type: ignore[no-any-return]
-            meta, bulk=bulk, create=create and not readonly, timeout=timeout, project=project
+            meta,
+            bulk=bulk,
+            shown=target.url,
+            create=create and not readonly,
+            timeout=timeout,
+            project=project,
         )
     except BaseException:
         transport.close()

@@ -13,11 +13,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psutil
 import pytest
 from _pytest.logging import caplog_records_key
 
+from clickhouse_helpers import chdb_engine  # noqa: F401  (the session's embedded engine)
 from collect_helpers import Proc
 from http_helpers import Server, make_token
 from tunescope.store import PooledStore, Store, open_store
@@ -147,6 +149,9 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     the training waits for it (``fault_helpers.settled``). Descriptors: those of this process
     open after the test that were not before it, named by what they point at. What session
     and module fixtures started before the test is not the test's."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "clickhouse" in callspec.params.values():
+        request.getfixturevalue("chdb_engine")  # the session's, started before this test
     marker = f"TUNESCOPE_SPOOL={spool}".encode()
     before_procs = set(_ours(marker, set()))
     before_fds = _fds()
@@ -185,7 +190,28 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail("the test leaked into the next one:\n  " + "\n  ".join(problems))
 
 
-BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else [])
+BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else []) + ["clickhouse"]
+"""The store backends every contract test runs on: a SQLite file, a PostgreSQL schema when
+TUNESCOPE_TEST_POSTGRES names a server, and ClickHouse's embedded engine (``chdb``, the
+``clickhouse`` extra ``make`` installs) with its metadata in a SQLite file."""
+
+
+def _clickhouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store on a fresh database of the session's embedded engine (one engine folder per
+    process, see clickhouse_helpers), its metadata in a SQLite file of the test's own; the
+    database is dropped after."""
+    from clickhouse_helpers import engine_folder
+
+    request.getfixturevalue("chdb_engine")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield f"chdb:{engine_folder()}?database={name}&meta={quote(str(tmp_path / 'meta.db'))}"
+    from tunescope.store.clickhouse._chdb import ChdbTransport
+
+    t = ChdbTransport(engine_folder(), "default")
+    try:
+        t.command(f"DROP DATABASE IF EXISTS {name} SYNC")
+    finally:
+        t.close()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -193,6 +219,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of an empty store, once per backend."""
     if request.param == "sqlite":
         yield str(tmp_path / "store.db")
+    elif request.param == "clickhouse":
+        yield from _clickhouse_url(request, tmp_path)
     else:
         yield from _pg_schema_url()
 
@@ -228,6 +256,8 @@ def any_store_url(
         yield str(tmp_path / "store.db")
     elif request.param == "postgresql":
         yield from _pg_schema_url()
+    elif request.param == "clickhouse":
+        yield from _clickhouse_url(request, tmp_path)
     else:
         server: Server = request.getfixturevalue("http_server")
         project = f"p{uuid.uuid4().hex[:10]}"

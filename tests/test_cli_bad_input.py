@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PG_URL
+from store_helpers import in_one_process
 from tunescope.store import open_store
 from tunescope.store.sql._schema import SCHEMA_VERSION
 
@@ -503,9 +504,10 @@ def test_an_interrupt_is_exit_130_without_a_traceback(
     ids=lambda a: a[0],
 )
 def test_read_commands_create_no_store_on_any_backend(
-    store_url: str, tmp_path: Path, args: list[str]
+    store_url: str, tmp_path: Path, args: list[str], request: pytest.FixtureRequest
 ) -> None:
     """A file that does not exist, or an empty PostgreSQL schema: refused, and left so."""
+    in_one_process(request)
     work = tmp_path / "work"
     work.mkdir()
     p = subprocess.run(

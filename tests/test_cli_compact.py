@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from api_helpers import app_over, request
 from fault_helpers import wait_for
+from store_helpers import NO_RETENTION, in_one_process, sql_only
 from tunescope.analyze import findings_for_trial, to_dict
 from tunescope.store import SQLStore, Store, open_store
 
@@ -69,7 +71,10 @@ def _chunks(st: SQLStore) -> int:
         return int(st._q(cur, "SELECT COUNT(*) FROM chunks").fetchone()[0])
 
 
-def test_compact_dry_run_then_drops_and_keeps_what_readers_see(store_url: str) -> None:
+def test_compact_dry_run_then_drops_and_keeps_what_readers_see(
+    store_url: str, request: pytest.FixtureRequest
+) -> None:
+    sql_only(request, NO_RETENTION)
     with open_store(store_url) as st:
         assert isinstance(st, SQLStore)
         old = _trial(st, "old", OLD, 3600)
@@ -133,9 +138,12 @@ print(batches * 100, flush=True)
 """
 
 
-def test_compact_while_another_process_writes_loses_nothing(store_url: str, tmp_path: Path) -> None:
+def test_compact_while_another_process_writes_loses_nothing(
+    store_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """A second process appends to the very series being compacted, in batches, from before
     compact starts until after it ends: every sample of both is counted after."""
+    in_one_process(request)
     n_old = 2 * 3600
     with open_store(store_url) as st:
         ids = [sid for k in range(4) for sid in _trial(st, f"old{k}", OLD, n_old).values()]

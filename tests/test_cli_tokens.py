@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from store_helpers import in_one_process
 from tunescope.store import open_store
 from tunescope.store.sql._sql import SQLStore
 
@@ -62,9 +65,12 @@ def test_bad_token_requests_are_one_line(tmp_path: Path) -> None:
     assert missing.returncode == 2 and not (tmp_path / "none.db").exists()
 
 
-def test_the_first_token_of_a_new_team_server_makes_its_store(store_url: str) -> None:
+def test_the_first_token_of_a_new_team_server_makes_its_store(
+    store_url: str, request: pytest.FixtureRequest
+) -> None:
     """An empty database (a new file, an empty PostgreSQL schema): `token create` makes the
     store's tables, after which `tunescope serve` accepts it (serve itself never creates)."""
+    in_one_process(request)
     refused = cli("serve", "--store", store_url, "--port", "1")
     assert refused.returncode == 2 and "store at" in refused.stderr
     made = cli("token", "create", "--project", "vision", "--scope", "read", "--store", store_url)

@@ -29,6 +29,7 @@ from markdown_it import MarkdownIt
 
 from api_helpers import app_over, request
 from http_helpers import free_port
+from store_helpers import in_one_process
 from test_api_auth import fill
 from tunescope.analyze._report import build_report
 from tunescope.analyze._report_md import markdown
@@ -86,10 +87,11 @@ class Team:
 
 
 @pytest.fixture
-def team(store_url: str, tmp_path: Path) -> Iterator[Team]:
+def team(store_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Team]:
     """A team over a real store (SQLite, and PostgreSQL when the suite has one) holding
     projects vision and nlp, each with a run "sweep" and one trial; served by a real
     `tunescope serve` and by the app in this process."""
+    in_one_process(request)
     runs, trials, keys, series = {}, {}, {}, {}
     with open_store(store_url) as st:
         assert isinstance(st, SQLStore)
@@ -188,9 +190,10 @@ def _attempts(base: str, forwarded_for: list[str | None], token: str) -> list[in
 
 @pytest.mark.slow
 def test_forwarded_for_is_believed_only_from_a_trusted_proxy(
-    store_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Real sockets: the server sees the test's requests come from 127.0.0.1."""
+    in_one_process(request)
     with open_store(store_url) as st:
         assert isinstance(st, SQLStore)
         st.ensure_run("r", project="vision")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from store_helpers import damage_chunk
+from store_helpers import damage_chunk, sql_only
 from tunescope.store import CHUNK_SAMPLES, Store, Window
 from tunescope.store._codec import decode, encode
 
@@ -18,6 +18,15 @@ T0 = 1_700_000_000.0
 N = 5 * CHUNK_SAMPLES + 40  # five chunks and 40 pending samples
 SPIKE_AT = 2 * CHUNK_SAMPLES + 100  # inside the chunk the tests damage
 SPIKE = 1000.0
+
+
+@pytest.fixture(autouse=True)
+def _chunks_of_sql_stores(request: pytest.FixtureRequest) -> None:
+    sql_only(
+        request,
+        "these damage a SQL store's chunks (their bytes or summaries) on disk; a store on "
+        "ClickHouse has none (ClickHouse checks its own parts' checksums)",
+    )
 
 
 def _fill(store: Store) -> tuple[int, int]:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store_helpers import check_window_exact
+from store_helpers import NO_RETENTION, check_window_exact, sql_only
 from tunescope.store import CHUNK_SAMPLES, Store, open_store
 from tunescope.store._codec import F64
 from tunescope.store._model import Window
@@ -159,10 +159,13 @@ def _windows(store: Store, sid: int, lo: float, hi: float, exact: bool = True) -
     return out
 
 
-def test_dropping_raw_keeps_windows_extent_and_latest(store_url: str) -> None:
+def test_dropping_raw_keeps_windows_extent_and_latest(
+    store_url: str, request: pytest.FixtureRequest
+) -> None:
     """Six hours at 1 Hz with a spike, then the raw of the first four dropped: every window
     over whole minutes (count, min, max, mean of each bucket), the series' extent and its
     latest value are as before, on SQLite and PostgreSQL."""
+    sql_only(request, NO_RETENTION)
     n = 6 * 3600
     ts = T0 + np.arange(n, dtype=np.float64)
     vs = (50 + 40 * np.sin(np.arange(n) / 500.0)).astype(np.float32).astype(np.float64)
@@ -187,7 +190,10 @@ def test_dropping_raw_keeps_windows_extent_and_latest(store_url: str) -> None:
         store.close()
 
 
-def test_latest_of_a_series_whose_raw_is_all_gone(store_url: str) -> None:
+def test_latest_of_a_series_whose_raw_is_all_gone(
+    store_url: str, request: pytest.FixtureRequest
+) -> None:
+    sql_only(request, NO_RETENTION)
     ts = T0 + np.arange(3000, dtype=np.float64)
     vs = np.arange(3000, dtype=np.float64)
     store, sid = _store_with(store_url, ts, vs)
@@ -205,10 +211,11 @@ def test_latest_of_a_series_whose_raw_is_all_gone(store_url: str) -> None:
 
 
 def test_a_store_written_before_rollups_migrates_and_rolls_up_before_dropping(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    store_url: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """Chunks written by version 8 (no rollups): the store migrates, its windows read chunks
     until ``drop_raw`` rolls the series up, and nothing is dropped before."""
+    sql_only(request, "a version 8 database holds its samples in SQL chunks (never ClickHouse)")
     monkeypatch.setattr(_sql, "SCHEMA_VERSION", 8)
     monkeypatch.setattr(_sql.SQLStore, "_roll_up", lambda *a: None)
     monkeypatch.setattr(_sql.SQLStore, "_touch", lambda *a: None)  # no data generations yet

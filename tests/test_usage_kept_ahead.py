@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import usage_truth as ut
 from api_helpers import app_over, request
 from fault_helpers import wait_for
-from store_helpers import damage_chunk
+from store_helpers import NO_RETENTION, damage_chunk, sql_only
 from tunescope.analyze import (
     FindingSettings,
     Usage,
@@ -97,11 +97,12 @@ def _running(store: Store, t0: float) -> int:
 
 
 def test_compact_keeps_every_ended_trials_usage_for_the_first_query(
-    store_url: str, capsys: pytest.CaptureFixture[str]
+    store_url: str, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
 ) -> None:
     """``tunescope compact`` (its raw samples all older than --keep-raw: dropped first) keeps
     the usage of every ended trial; the first query computes none, and answers what a fresh
     computation and the counted truth give, figure for figure; a running trial keeps none."""
+    sql_only(request, NO_RETENTION)
     settings = load_settings().settings  # what the CLI's compact and usage read
     digest = usage_digest(settings, GPU_CATALOG)
     with open_store(store_url) as st:
@@ -136,10 +137,13 @@ def test_compact_keeps_every_ended_trials_usage_for_the_first_query(
     assert again[1].startswith("kept the usage figures of 0 ended trials (")
 
 
-def test_a_trial_with_new_data_after_it_was_kept_is_computed_again(store_url: str) -> None:
+def test_a_trial_with_new_data_after_it_was_kept_is_computed_again(
+    store_url: str, request: pytest.FixtureRequest
+) -> None:
     """A batch lands after compaction kept a trial's usage: the next query computes it (the
     late samples counted), and the next compaction keeps the new figures, which the query
     after reads back."""
+    sql_only(request, NO_RETENTION)
     t0 = 5_000_000.0
     with closing(open_store(store_url)) as st:
         tid, key = _ended(st, t0, 100, end=t0 + 200, value=100.0)  # then 100 s unknown

@@ -28,9 +28,9 @@ def open_store(
     or the server (PostgreSQL) before it raises StoreUnavailable. ``project``: what run names
     refer to (else ``$TUNESCOPE_PROJECT``, else ``default``).
 
-    ``clickhouse(s)://USER@HOST:PORT/DB?meta=URL`` and ``chdb:PATH`` open a
-    :class:`~tunescope.store.clickhouse.ClickHouseStore`: samples, events and scalars in
-    ClickHouse, the rest in the SQL store ``meta`` names (see ``store/clickhouse/``).
+    ``clickhouse(s)://USER@HOST:PORT/DB?meta=URL`` and ``chdb:PATH`` open a store on
+    ClickHouse (``store/clickhouse/_store.py``): samples, events and scalars in ClickHouse, the
+    rest in the SQL store ``meta`` names.
 
     ``http(s)://HOST:PORT/PROJECT`` opens an :class:`~tunescope.store.remote._http.HttpStore` on a
     tunescope server with the token in ``$TUNESCOPE_TOKEN``: its project is the URL's

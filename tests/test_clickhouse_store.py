@@ -5,7 +5,6 @@ loses nor doubles."""
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -13,6 +12,7 @@ from urllib.parse import quote
 import pytest
 
 from clickhouse_helpers import chdb_engine, engine_folder, fresh_url
+from conftest import PG_URL, pg_schema
 from tunescope.errors import ConfigError, Conflict, StoreUnavailable
 from tunescope.store import Store, open_store
 from tunescope.store._url import check_url, redact
@@ -34,15 +34,22 @@ def _drop(database: str) -> None:
         t.close()
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    url = fresh_url("embedded")
-    s = open_store(url + "&meta=" + quote(str(tmp_path / "meta.db")))
-    try:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A store on a fresh database of the embedded engine, its metadata in a SQLite file or
+    (when TUNESCOPE_TEST_POSTGRES names a server) a fresh PostgreSQL schema."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            meta = str(tmp_path / "meta.db")
+        elif PG_URL:
+            meta = stack.enter_context(pg_schema())
+        else:
+            pytest.skip("metadata on PostgreSQL needs TUNESCOPE_TEST_POSTGRES (a server's URL)")
+        url = fresh_url("embedded")
+        stack.callback(_drop, url.rpartition("database=")[2])
+        s = open_store(url + "&meta=" + quote(meta, safe=""))
+        stack.callback(s.close)
         yield s
-    finally:
-        s.close()
-        _drop(url.rpartition("database=")[2])
 
 
 def _counts(store: Store, tid: int, sid: int) -> tuple[int, int, int]:
@@ -95,7 +102,7 @@ def test_a_resend_after_a_crash_between_the_bulk_and_its_record_adds_nothing(
 
 
 def test_a_pending_batch_sent_with_other_content_is_a_conflict(
-    store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = new_key()
     spec = TrialSpec(key=key, run="r", start=T0)
@@ -107,8 +114,8 @@ def test_a_pending_batch_sent_with_other_content_is_a_conflict(
     with pytest.raises(RuntimeError):
         store.write(_batch(key, "b-2", spec))
     monkeypatch.undo()
-    with contextlib.closing(sqlite3.connect(tmp_path / "meta.db")) as db:
-        (digest,) = db.execute("SELECT digest FROM batches").fetchone()
+    with store._tx() as cur:  # type: ignore[attr-defined]
+        (digest,) = store._q(cur, "SELECT digest FROM batches").fetchone()  # type: ignore[attr-defined]
     assert digest.startswith(PENDING)
     with pytest.raises(Conflict):
         store.write(Batch(key, id="b-2", samples=(("gpu.util", "0", None, T0, 9.0),)))

@@ -190,10 +190,18 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail("the test leaked into the next one:\n  " + "\n  ".join(problems))
 
 
-BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else []) + ["clickhouse"]
-"""The store backends every contract test runs on: a SQLite file, a PostgreSQL schema when
-TUNESCOPE_TEST_POSTGRES names a server, and ClickHouse's embedded engine (``chdb``, the
-``clickhouse`` extra ``make`` installs) with its metadata in a SQLite file."""
+SQL_BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else [])
+"""The SQL store backends: a SQLite file, and a PostgreSQL schema when TUNESCOPE_TEST_POSTGRES
+names a server. Tests of what only a SQL store has, or that open the store from a second
+process, take theirs (:func:`sql_store_url`, :func:`any_sql_store_url`, :func:`sql_store`)."""
+
+BACKENDS = [*SQL_BACKENDS, "clickhouse"]
+"""The store backends every contract test runs on: the SQL ones, and ClickHouse's embedded
+engine (``chdb``, the ``clickhouse`` extra ``make`` installs) with its metadata in a SQLite
+file. That engine opens its folder in one process at a time (the test process holds it): a
+test that opens the store from a second one (a CLI command, a server, a training) takes a
+SQL backend's fixture, as does one about a SQL store's own storage (chunks, pending rows,
+raw retention, old schema versions), each saying why beside it."""
 
 
 def _clickhouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
@@ -214,15 +222,25 @@ def _clickhouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
         t.close()
 
 
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of an empty store, once per backend."""
+def _store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "store.db")
     elif request.param == "clickhouse":
         yield from _clickhouse_url(request, tmp_path)
     else:
         yield from _pg_schema_url()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty store, once per backend."""
+    yield from _store_url(request, tmp_path)
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def sql_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty store, once per SQL backend (see :data:`BACKENDS`)."""
+    yield from _store_url(request, tmp_path)
 
 
 FIXTURE_PIDS: set[int] = set()
@@ -245,6 +263,18 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
 
 
+def _any_store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    if request.param != "http":
+        yield from _store_url(request, tmp_path)
+        return
+    server: Server = request.getfixturevalue("http_server")
+    project = f"p{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("TUNESCOPE_TOKEN", make_token(server.db_url, project))
+    yield server.url(project)
+
+
 @pytest.fixture(params=[*BACKENDS, "http"])
 def any_store_url(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -252,22 +282,30 @@ def any_store_url(
     """The URL of an empty store, once per backend and once as an HTTP store: a project of
     its own on the session's server (:func:`http_server`), with a write token of it in
     $TUNESCOPE_TOKEN."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "store.db")
-    elif request.param == "postgresql":
-        yield from _pg_schema_url()
-    elif request.param == "clickhouse":
-        yield from _clickhouse_url(request, tmp_path)
-    else:
-        server: Server = request.getfixturevalue("http_server")
-        project = f"p{uuid.uuid4().hex[:10]}"
-        monkeypatch.setenv("TUNESCOPE_TOKEN", make_token(server.db_url, project))
-        yield server.url(project)
+    yield from _any_store_url(request, tmp_path, monkeypatch)
+
+
+@pytest.fixture(params=[*SQL_BACKENDS, "http"])
+def any_sql_store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """:func:`any_store_url` over the SQL backends only (see :data:`BACKENDS`)."""
+    yield from _any_store_url(request, tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def sql_store(sql_store_url: str) -> Iterator[Store]:
+    """:func:`store` over the SQL backends only (see :data:`BACKENDS`)."""
+    s = open_store(sql_store_url)
     try:
         yield s
     finally:

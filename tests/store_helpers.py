@@ -88,33 +88,3 @@ def on_clickhouse(request: Any) -> bool:
     parameter)."""
     callspec = getattr(request.node, "callspec", None)
     return callspec is not None and "clickhouse" in callspec.params.values()
-
-
-def sql_only(request: Any, why: str) -> None:
-    """Skip the test on the ClickHouse backend, saying why: for the few contract clauses
-    that are about the SQL store's own storage (chunks, pending rows, packing), which a store
-    on ClickHouse does not have (its parts are merged by ClickHouse)."""
-    if on_clickhouse(request):
-        import pytest
-
-        pytest.skip(f"SQL stores only: {why}")
-
-
-NO_RETENTION = (
-    "raw retention (drop_raw, tunescope compact --keep-raw) is the SQL stores', not the "
-    "contract's; a store on ClickHouse refuses it in one line (not built yet: it would drop "
-    "daily partitions, and its minute rollups keep no last value for latest())"
-)
-
-
-def in_one_process(request: Any) -> None:
-    """Skip the test on the ClickHouse backend when it opens the store from a second process
-    (a CLI command, a server, a training): the embedded engine (chdb) opens its folder in one
-    process at a time, and the test process holds it. A ClickHouse server would run these."""
-    if on_clickhouse(request):
-        import pytest
-
-        pytest.skip(
-            "the embedded ClickHouse opens its folder in one process at a time, and this test "
-            "opens the store from a second one (a ClickHouse server would run it)"
-        )

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from store_helpers import on_clickhouse, sql_only
+from store_helpers import on_clickhouse
 from tunescope.errors import Conflict, NotFound, StoreError
 from tunescope.store import CHUNK_SAMPLES, Event, Scalar, Store, open_store
 
@@ -284,11 +284,11 @@ def test_two_connections_see_each_others_writes(any_store_url: str) -> None:
 
 
 def test_closing_a_reader_leaves_a_writers_pending_samples_alone(
-    any_store_url: str, request: pytest.FixtureRequest
+    any_sql_store_url: str, request: pytest.FixtureRequest
 ) -> None:
-    sql_only(request, "a writer packs its pending rows into chunks when it closes")
-    writer = open_store(any_store_url)
-    reader = open_store(any_store_url)
+    # SQL stores only: a writer packs its pending rows into chunks when it closes
+    writer = open_store(any_sql_store_url)
+    reader = open_store(any_sql_store_url)
     try:
         tid = _trial(writer)
         sid = writer.series(tid, "cpu.util").id
@@ -297,7 +297,7 @@ def test_closing_a_reader_leaves_a_writers_pending_samples_alone(
         reader.close()
         assert writer._chunk_summaries(sid, -math.inf, math.inf) == []
         writer.close()  # the writer packs its own samples
-        with open_store(any_store_url) as again:
+        with open_store(any_sql_store_url) as again:
             assert len(again._chunk_summaries(sid, -math.inf, math.inf)) == 1
             assert again.read_samples(sid)[1].tolist() == [float(i) for i in range(10)]
     finally:

@@ -1,6 +1,6 @@
 """A chunk whose bytes are damaged in the database degrades only its own series, flagged, and
 never raises: reads leave its samples out, windows use its stored summary where they can.
-The bytes are really damaged, through the database's own driver, on every backend."""
+The bytes are really damaged, through the database's own driver, on every SQL backend."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from store_helpers import damage_chunk, sql_only
+from store_helpers import damage_chunk
 from tunescope.store import CHUNK_SAMPLES, Store, Window
 from tunescope.store._codec import decode, encode
 
@@ -20,13 +20,16 @@ SPIKE_AT = 2 * CHUNK_SAMPLES + 100  # inside the chunk the tests damage
 SPIKE = 1000.0
 
 
-@pytest.fixture(autouse=True)
-def _chunks_of_sql_stores(request: pytest.FixtureRequest) -> None:
-    sql_only(
-        request,
-        "these damage a SQL store's chunks (their bytes or summaries) on disk; a store on "
-        "ClickHouse has none (ClickHouse checks its own parts' checksums)",
-    )
+# SQL stores only: these damage a SQL store's chunks (their bytes or summaries) on disk; a store
+# on ClickHouse has none (ClickHouse checks its own parts' checksums)
+@pytest.fixture
+def store_url(sql_store_url: str) -> str:
+    return sql_store_url
+
+
+@pytest.fixture
+def store(sql_store: Store) -> Store:
+    return sql_store
 
 
 def _fill(store: Store) -> tuple[int, int]:

@@ -13,11 +13,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psutil
 import pytest
 from _pytest.logging import caplog_records_key
 
+from clickhouse_helpers import chdb_engine  # noqa: F401  (the session's embedded engine)
 from collect_helpers import Proc
 from http_helpers import Server, make_token
 from tunescope.store import PooledStore, Store, open_store
@@ -156,6 +158,9 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     the training waits for it (``fault_helpers.settled``). Descriptors: those of this process
     open after the test that were not before it, named by what they point at. What session
     and module fixtures started before the test is not the test's."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "clickhouse" in callspec.params.values():
+        request.getfixturevalue("chdb_engine")  # the session's, started before this test
     marker = f"TUNESCOPE_SPOOL={spool}".encode()
     before_procs = set(_ours(marker, set()))
     before_fds = _fds()
@@ -198,16 +203,57 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail("the test leaked into the next one:\n  " + "\n  ".join(problems))
 
 
-BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else [])
+SQL_BACKENDS = ["sqlite"] + (["postgresql"] if PG_URL else [])
+"""The SQL store backends: a SQLite file, and a PostgreSQL schema when TUNESCOPE_TEST_POSTGRES
+names a server. Tests of what only a SQL store has, or that open the store from a second
+process, take theirs (:func:`sql_store_url`, :func:`any_sql_store_url`, :func:`sql_store`)."""
+
+BACKENDS = [*SQL_BACKENDS, "clickhouse"]
+"""The store backends every contract test runs on: the SQL ones, and ClickHouse's embedded
+engine (``chdb``, the ``clickhouse`` extra ``make`` installs) with its metadata in a SQLite
+file. That engine opens its folder in one process at a time (the test process holds it): a
+test that opens the store from a second one (a CLI command, a server, a training) takes a
+SQL backend's fixture, as does one about a SQL store's own storage (chunks, pending rows,
+raw retention, old schema versions), each saying why beside it."""
+
+
+def _clickhouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store on a fresh database of the session's embedded engine (one engine folder per
+    process, see clickhouse_helpers), its metadata in a SQLite file of the test's own; the
+    database is dropped after."""
+    from clickhouse_helpers import engine_folder
+
+    request.getfixturevalue("chdb_engine")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield f"chdb:{engine_folder()}?database={name}&meta={quote(str(tmp_path / 'meta.db'))}"
+    from tunescope.store.clickhouse._chdb import ChdbTransport
+
+    t = ChdbTransport(engine_folder(), "default")
+    try:
+        t.command(f"DROP DATABASE IF EXISTS {name} SYNC")
+    finally:
+        t.close()
+
+
+def _store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "store.db")
+    elif request.param == "clickhouse":
+        yield from _clickhouse_url(request, tmp_path)
+    else:
+        yield from _pg_schema_url()
 
 
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of an empty store, once per backend."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "store.db")
-    else:
-        yield from _pg_schema_url()
+    yield from _store_url(request, tmp_path)
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def sql_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty store, once per SQL backend (see :data:`BACKENDS`)."""
+    yield from _store_url(request, tmp_path)
 
 
 FIXTURE_PIDS: set[int] = set()
@@ -230,6 +276,18 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
 
 
+def _any_store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    if request.param != "http":
+        yield from _store_url(request, tmp_path)
+        return
+    server: Server = request.getfixturevalue("http_server")
+    project = f"p{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("TUNESCOPE_TOKEN", make_token(server.db_url, project))
+    yield server.url(project)
+
+
 @pytest.fixture(params=[*BACKENDS, "http"])
 def any_store_url(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -237,20 +295,30 @@ def any_store_url(
     """The URL of an empty store, once per backend and once as an HTTP store: a project of
     its own on the session's server (:func:`http_server`), with a write token of it in
     $TUNESCOPE_TOKEN."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "store.db")
-    elif request.param == "postgresql":
-        yield from _pg_schema_url()
-    else:
-        server: Server = request.getfixturevalue("http_server")
-        project = f"p{uuid.uuid4().hex[:10]}"
-        monkeypatch.setenv("TUNESCOPE_TOKEN", make_token(server.db_url, project))
-        yield server.url(project)
+    yield from _any_store_url(request, tmp_path, monkeypatch)
+
+
+@pytest.fixture(params=[*SQL_BACKENDS, "http"])
+def any_sql_store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """:func:`any_store_url` over the SQL backends only (see :data:`BACKENDS`)."""
+    yield from _any_store_url(request, tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def sql_store(sql_store_url: str) -> Iterator[Store]:
+    """:func:`store` over the SQL backends only (see :data:`BACKENDS`)."""
+    s = open_store(sql_store_url)
     try:
         yield s
     finally:

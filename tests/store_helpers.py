@@ -81,3 +81,10 @@ def check_window_exact(w: Window, raw_t: F64, raw_v: F64, points: int) -> None:
     if len(wt):  # the window's min and max are the raw samples'
         assert min(b.min for b in w.buckets) == wv.min()
         assert max(b.max for b in w.buckets) == wv.max()
+
+
+def on_clickhouse(request: Any) -> bool:
+    """Whether the test runs on the ClickHouse backend (a ``store_url`` or ``any_store_url``
+    parameter)."""
+    callspec = getattr(request.node, "callspec", None)
+    return callspec is not None and "clickhouse" in callspec.params.values()

@@ -503,13 +503,15 @@ def test_an_interrupt_is_exit_130_without_a_traceback(
     ids=lambda a: a[0],
 )
 def test_read_commands_create_no_store_on_any_backend(
-    store_url: str, tmp_path: Path, args: list[str]
+    sql_store_url: str, tmp_path: Path, args: list[str], request: pytest.FixtureRequest
 ) -> None:
     """A file that does not exist, or an empty PostgreSQL schema: refused, and left so."""
+    # SQL stores only: the embedded ClickHouse opens its folder in one process at a time, and this
+    # test opens the store from a second one (a ClickHouse server would run it)
     work = tmp_path / "work"
     work.mkdir()
     p = subprocess.run(
-        [sys.executable, "-m", "tunescope", *args, "--store", store_url],
+        [sys.executable, "-m", "tunescope", *args, "--store", sql_store_url],
         capture_output=True,
         text=True,
         cwd=work,
@@ -518,11 +520,11 @@ def test_read_commands_create_no_store_on_any_backend(
     )
     _assert_one_line_error(p, "store at")
     assert list(work.iterdir()) == []
-    if store_url.startswith("postgresql://"):
+    if sql_store_url.startswith("postgresql://"):
         import psycopg
 
         assert PG_URL is not None
-        schema = store_url.rsplit("%3D", 1)[1]
+        schema = sql_store_url.rsplit("%3D", 1)[1]
         with psycopg.connect(PG_URL) as conn:
             tables = conn.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
@@ -530,4 +532,4 @@ def test_read_commands_create_no_store_on_any_backend(
             ).fetchone()
         assert tables == (0,)
     else:
-        assert not os.path.exists(store_url)
+        assert not os.path.exists(sql_store_url)

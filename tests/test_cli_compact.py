@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from api_helpers import app_over, request
 from fault_helpers import wait_for
@@ -69,8 +70,13 @@ def _chunks(st: SQLStore) -> int:
         return int(st._q(cur, "SELECT COUNT(*) FROM chunks").fetchone()[0])
 
 
-def test_compact_dry_run_then_drops_and_keeps_what_readers_see(store_url: str) -> None:
-    with open_store(store_url) as st:
+def test_compact_dry_run_then_drops_and_keeps_what_readers_see(
+    sql_store_url: str, request: pytest.FixtureRequest
+) -> None:
+    # SQL stores only: raw retention (drop_raw, tunescope compact --keep-raw) is the SQL stores',
+    # not the contract's; a store on ClickHouse refuses it in one line (not built yet: it would
+    # drop daily partitions, and its minute rollups keep no last value for latest())
+    with open_store(sql_store_url) as st:
         assert isinstance(st, SQLStore)
         old = _trial(st, "old", OLD, 3600)
         new = _trial(st, "new", NEW, 600)
@@ -83,19 +89,19 @@ def test_compact_dry_run_then_drops_and_keeps_what_readers_see(store_url: str) -
         gone = [c for sid in old.values() for c in st._chunk_summaries(sid, -np.inf, np.inf)]
         chunks = _chunks(st)
 
-    dry = _cli("compact", "--keep-raw", "30d", "--dry-run", "--store", store_url)
+    dry = _cli("compact", "--keep-raw", "30d", "--dry-run", "--store", sql_store_url)
     assert dry.returncode == 0, dry.stderr
     samples = 3 * 3600
     assert dry.stdout.startswith(f"would drop {len(gone)} raw chunks ({samples} samples, ")
     assert "of 3 series" in dry.stdout
-    with open_store(store_url) as st:
+    with open_store(sql_store_url) as st:
         assert isinstance(st, SQLStore)
         assert _chunks(st) == chunks and st.kept_findings(old_trial) is None
 
-    p = _cli("compact", "--keep-raw", "30d", "--store", store_url)
+    p = _cli("compact", "--keep-raw", "30d", "--store", sql_store_url)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"dropped {len(gone)} raw chunks ({samples} samples, ")
-    with open_store(store_url) as st:
+    with open_store(sql_store_url) as st:
         assert isinstance(st, SQLStore)
         assert _chunks(st) == chunks - len(gone)
         for sid in old.values():
@@ -106,12 +112,12 @@ def test_compact_dry_run_then_drops_and_keeps_what_readers_see(store_url: str) -
         assert to_dict(findings_for_trial(st, old_trial)) == found
         for sid in new.values():  # inside --keep-raw: untouched
             assert st.read_samples(sid)[0].size == 600 and st.raw_from(sid) is None
-    exported = _cli("export", "old", "--store", store_url)  # the raw kept, the rest said
+    exported = _cli("export", "old", "--store", sql_store_url)  # the raw kept, the rest said
     assert exported.returncode == 0 and exported.stdout.splitlines()[1:] == []
     warned = exported.stderr.splitlines()
     assert len(warned) == 3 and all("were dropped by compaction" in w for w in warned)
-    assert _cli("export", "new", "--store", store_url).stdout.count("\n") == 1 + 3 * 600
-    again = _cli("compact", "--keep-raw", "30d", "--store", store_url)
+    assert _cli("export", "new", "--store", sql_store_url).stdout.count("\n") == 1 + 3 * 600
+    again = _cli("compact", "--keep-raw", "30d", "--store", sql_store_url)
     assert again.returncode == 0 and again.stdout.startswith("dropped 0 raw chunks (0 samples")
 
 
@@ -133,22 +139,26 @@ print(batches * 100, flush=True)
 """
 
 
-def test_compact_while_another_process_writes_loses_nothing(store_url: str, tmp_path: Path) -> None:
+def test_compact_while_another_process_writes_loses_nothing(
+    sql_store_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """A second process appends to the very series being compacted, in batches, from before
     compact starts until after it ends: every sample of both is counted after."""
+    # SQL stores only: the embedded ClickHouse opens its folder in one process at a time, and this
+    # test opens the store from a second one (a ClickHouse server would run it)
     n_old = 2 * 3600
-    with open_store(store_url) as st:
+    with open_store(sql_store_url) as st:
         ids = [sid for k in range(4) for sid in _trial(st, f"old{k}", OLD, n_old).values()]
     stop = tmp_path / "stop"
     writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, store_url, str(stop), str(NEW), *map(str, ids)],
+        [sys.executable, "-c", _WRITER, sql_store_url, str(stop), str(NEW), *map(str, ids)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert writer.stdout is not None
         assert writer.stdout.readline().strip() == "ready"
-        p = _cli("compact", "--keep-raw", "30d", "--store", store_url)
+        p = _cli("compact", "--keep-raw", "30d", "--store", sql_store_url)
         stop.touch()
         out, _ = writer.communicate(timeout=120)
     finally:
@@ -158,7 +168,7 @@ def test_compact_while_another_process_writes_loses_nothing(store_url: str, tmp_
     assert writer.returncode == 0
     written = int(out.split()[-1])
     assert f"raw chunks ({len(ids) * n_old} samples, " in p.stdout  # all of the old
-    with open_store(store_url) as st:
+    with open_store(sql_store_url) as st:
         for sid in ids:
             extent = st.series_extent(sid)
             assert extent is not None and extent[2] == n_old + written

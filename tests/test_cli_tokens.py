@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tunescope.store import open_store
 from tunescope.store.sql._sql import SQLStore
 
@@ -62,14 +64,20 @@ def test_bad_token_requests_are_one_line(tmp_path: Path) -> None:
     assert missing.returncode == 2 and not (tmp_path / "none.db").exists()
 
 
-def test_the_first_token_of_a_new_team_server_makes_its_store(store_url: str) -> None:
+def test_the_first_token_of_a_new_team_server_makes_its_store(
+    sql_store_url: str, request: pytest.FixtureRequest
+) -> None:
     """An empty database (a new file, an empty PostgreSQL schema): `token create` makes the
     store's tables, after which `tunescope serve` accepts it (serve itself never creates)."""
-    refused = cli("serve", "--store", store_url, "--port", "1")
+    # SQL stores only: the embedded ClickHouse opens its folder in one process at a time, and this
+    # test opens the store from a second one (a ClickHouse server would run it)
+    refused = cli("serve", "--store", sql_store_url, "--port", "1")
     assert refused.returncode == 2 and "store at" in refused.stderr
-    made = cli("token", "create", "--project", "vision", "--scope", "read", "--store", store_url)
+    made = cli(
+        "token", "create", "--project", "vision", "--scope", "read", "--store", sql_store_url
+    )
     assert made.returncode == 0, made.stderr
-    with open_store(store_url, create=False) as st:
+    with open_store(sql_store_url, create=False) as st:
         assert isinstance(st, SQLStore)
         info = st.check_token(made.stdout.strip().splitlines()[-1])
         assert info is not None and info.project == "vision"

@@ -103,13 +103,17 @@ def test_a_clock_step_mid_trial_moves_no_time(sqlite_url: str, tmp_path: Path, s
     _kept_on_axis(sqlite_url, result, lo - SLACK, hi + SLACK)
 
 
-def test_a_host_two_minutes_behind_still_reads_running(any_store_url: str, tmp_path: Path) -> None:
+def test_a_host_two_minutes_behind_still_reads_running(
+    any_sql_store_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """The trial's processes run 120 s behind from their start; a reader with the true clock
     sees the trial ``running`` while it runs (lost is judged on the store's clock), then
     ``completed``, with every time on the trial's own axis (the true span less 120 s)."""
+    # SQL stores only: the embedded ClickHouse opens its folder in one process at a time, and this
+    # test opens the store from a second one (a ClickHouse server would run it)
     skew = -120.0
     env, _step, proofs = shimmed(tmp_path, skew)
-    url = any_store_url
+    url = any_sql_store_url
     if not url.startswith("http"):
         open_store(url).close()
     lo = time.time()
@@ -201,16 +205,20 @@ def test_the_anchor_is_shared_within_a_boot_only(monkeypatch: pytest.MonkeyPatch
     assert os.environ["TUNESCOPE_CLOCK"] == other  # as it was
 
 
-def test_lost_is_judged_on_the_stores_clock(any_store_url: str) -> None:
+def test_lost_is_judged_on_the_stores_clock(
+    any_sql_store_url: str, request: pytest.FixtureRequest
+) -> None:
     """The contract's promise (Store.write, derive_state), on every backend: a batch whose
     heartbeat comes from a clock an hour behind leaves its trial ``running``; a heartbeat a
     caller names with update_trial is judged by that time; a batch whose heartbeat is older
     than the trial's (a writer whose clock is behind another's) still says it is alive, and
     never moves the heartbeat back."""
+    # SQL stores only: the embedded ClickHouse opens its folder in one process at a time, and this
+    # test opens the store from a second one (a ClickHouse server would run it)
     from tunescope.store import Batch, TrialSpec, new_key
 
     behind = time.time() - 3600
-    with open_store(any_store_url) as st:
+    with open_store(any_sql_store_url) as st:
         key = new_key()
         spec = TrialSpec(key=key, run="skew", name="t", start=behind, interval=1.0)
         st.write(Batch(key, spec=spec))

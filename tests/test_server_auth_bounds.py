@@ -86,12 +86,14 @@ class Team:
 
 
 @pytest.fixture
-def team(store_url: str, tmp_path: Path) -> Iterator[Team]:
+def team(sql_store_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Team]:
     """A team over a real store (SQLite, and PostgreSQL when the suite has one) holding
     projects vision and nlp, each with a run "sweep" and one trial; served by a real
     `tunescope serve` and by the app in this process."""
+    # SQL stores only: the embedded ClickHouse opens its folder in one process at a time, and this
+    # test opens the store from a second one (a ClickHouse server would run it)
     runs, trials, keys, series = {}, {}, {}, {}
-    with open_store(store_url) as st:
+    with open_store(sql_store_url) as st:
         assert isinstance(st, SQLStore)
         t0 = time.time() - 3600
         for p in ("vision", "nlp"):
@@ -104,10 +106,10 @@ def team(store_url: str, tmp_path: Path) -> Iterator[Team]:
             "nlp-write": st.create_token("nlp", "write")[1],
         }
     log = tmp_path / "serve.log"
-    proc, base = _serve(store_url, log)
+    proc, base = _serve(sql_store_url, log)
     try:
-        with app_over(store_url, auth="tokens") as app:
-            yield Team(app, base, store_url, tokens, runs, trials, keys, series)
+        with app_over(sql_store_url, auth="tokens") as app:
+            yield Team(app, base, sql_store_url, tokens, runs, trials, keys, series)
     finally:
         _stop(proc)
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
@@ -188,14 +190,16 @@ def _attempts(base: str, forwarded_for: list[str | None], token: str) -> list[in
 
 @pytest.mark.slow
 def test_forwarded_for_is_believed_only_from_a_trusted_proxy(
-    store_url: str, tmp_path: Path
+    sql_store_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Real sockets: the server sees the test's requests come from 127.0.0.1."""
-    with open_store(store_url) as st:
+    # SQL stores only: the embedded ClickHouse opens its folder in one process at a time, and this
+    # test opens the store from a second one (a ClickHouse server would run it)
+    with open_store(sql_store_url) as st:
         assert isinstance(st, SQLStore)
         st.ensure_run("r", project="vision")
         good = st.create_token("vision", "read")[1]
-    db = store_url
+    db = sql_store_url
     spoofed = [f"203.0.113.{k}" for k in range(MAX_FAILURES + 1)]
     proc, base = _serve(db, tmp_path / "plain.log")
     try:  # no --trusted-proxy: every request is 127.0.0.1's, whatever it says

@@ -1,6 +1,6 @@
 """A chunk whose bytes are damaged in the database degrades only its own series, flagged, and
 never raises: reads leave its samples out, windows use its stored summary where they can.
-The bytes are really damaged, through the database's own driver, on every backend."""
+The bytes are really damaged, through the database's own driver, on every SQL backend."""
 
 from __future__ import annotations
 
@@ -18,6 +18,18 @@ T0 = 1_700_000_000.0
 N = 5 * CHUNK_SAMPLES + 40  # five chunks and 40 pending samples
 SPIKE_AT = 2 * CHUNK_SAMPLES + 100  # inside the chunk the tests damage
 SPIKE = 1000.0
+
+
+# SQL stores only: these damage a SQL store's chunks (their bytes or summaries) on disk; a store
+# on ClickHouse has none (ClickHouse checks its own parts' checksums)
+@pytest.fixture
+def store_url(sql_store_url: str) -> str:
+    return sql_store_url
+
+
+@pytest.fixture
+def store(sql_store: Store) -> Store:
+    return sql_store
 
 
 def _fill(store: Store) -> tuple[int, int]:

@@ -129,13 +129,14 @@ def test_frozen_v1_database_migrates_forward_keeping_every_piece_of_data(tmp_pat
 
 
 def test_a_version_4_database_gives_every_series_its_trials_host(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    sql_store_url: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """A database made by version 4 (the shipped migrations, applied by the store told that
     4 is current), with series written as version 4 wrote them, opens as the current version: each
     series of its trial's host, its samples kept, and new hosts' series beside it."""
+    # SQL stores only: a version 4 database holds its samples in SQL chunks (never ClickHouse)
     monkeypatch.setattr(_sql, "SCHEMA_VERSION", 4)
-    with closing(open_store(store_url)) as old:
+    with closing(open_store(sql_store_url)) as old:
         assert isinstance(old, _sql.SQLStore) and old.schema_version() == 4
         with old._tx(write=True) as cur:  # as version 4 wrote runs and trials (no column
             # of a later version)
@@ -179,7 +180,7 @@ def test_a_version_4_database_gives_every_series_its_trials_host(
                         (sid, 101.0 + i, float(sid * 10 + i)),
                     )
     monkeypatch.undo()
-    with open_store(store_url) as s:
+    with open_store(sql_store_url) as s:
         assert s.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
         got = [(x.metric, x.host, x.device) for x in s.list_series(a.id)]
         assert got == [("gpu.util", "node-a", "0"), ("gpu.util", "node-a", "1")]

@@ -244,8 +244,8 @@ StoreOpt = Annotated[
     typer.Option(
         "--store",
         help="Store URL: a SQLite file path (default ./tunescope.db, or "
-        f"${ENV_STORE}), postgresql://... or http(s)://HOST:PORT/PROJECT (token in "
-        f"${ENV_TOKEN})",
+        f"${ENV_STORE}), postgresql://..., clickhouse://USER@HOST:8123/DB?meta=... or "
+        f"chdb:PATH, or http(s)://HOST:PORT/PROJECT (token in ${ENV_TOKEN})",
         show_default=False,
         callback=not_empty,
     ),

@@ -28,6 +28,10 @@ def open_store(
     or the server (PostgreSQL) before it raises StoreUnavailable. ``project``: what run names
     refer to (else ``$TUNESCOPE_PROJECT``, else ``default``).
 
+    ``clickhouse(s)://USER@HOST:PORT/DB?meta=URL`` and ``chdb:PATH`` open a store on
+    ClickHouse (``store/clickhouse/_store.py``): samples, events and scalars in ClickHouse, the
+    rest in the SQL store ``meta`` names.
+
     ``http(s)://HOST:PORT/PROJECT`` opens an :class:`~tunescope.store.remote._http.HttpStore` on a
     tunescope server with the token in ``$TUNESCOPE_TOKEN``: its project is the URL's
     (``project`` is not used), the server's store is never created by a client, and nothing
@@ -44,6 +48,17 @@ def open_store(
         from tunescope.store.remote._http import HttpStore
 
         return HttpStore(target, timeout=timeout)
+    if scheme == "clickhouse":
+        try:
+            from tunescope.store.clickhouse._store import open_clickhouse
+        except ImportError as exc:
+            raise ConfigError(
+                f"store URL {redact(target)!r} needs ClickHouse: "
+                f"pip install 'tunescope[clickhouse]' ({exc})"
+            ) from None
+        return open_clickhouse(
+            target, readonly=readonly, create=create, timeout=timeout, project=project
+        )
     if scheme == "sqlite":
         from tunescope.store.sql._sqlite import SQLiteStore
 

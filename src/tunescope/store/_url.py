@@ -51,6 +51,8 @@ def parse(target: str) -> tuple[str, str]:
     ``https`` and the URL, or an unknown scheme as given. A string without ``://`` is a file
     path, whatever it holds."""
     scheme, sep, rest = target.partition("://")
+    if target.startswith("chdb:"):
+        return "clickhouse", target
     if not sep:
         if target.startswith("sqlite:"):
             return "sqlite", target[len("sqlite:") :]
@@ -62,6 +64,8 @@ def parse(target: str) -> tuple[str, str]:
         return "postgresql", target
     if scheme.lower() in ("http", "https"):
         return scheme.lower(), target
+    if scheme.lower() in ("clickhouse", "clickhouses"):
+        return "clickhouse", target
     return scheme, target
 
 
@@ -81,10 +85,15 @@ def check_url(url: str | os.PathLike[str] | None = None) -> str:
         _check_postgres(target)
     elif scheme in ("http", "https"):
         http_target(target)
+    elif scheme == "clickhouse":
+        from tunescope.store.clickhouse._url import meta_url, parse_url
+
+        check_url(meta_url(parse_url(target)))
     else:
         raise ConfigError(
             f"unknown store URL {redact(target)!r}: use a file path, sqlite:///PATH, "
-            "postgresql://USER@HOST/DB or http(s)://HOST:PORT/PROJECT"
+            "postgresql://USER@HOST/DB, http(s)://HOST:PORT/PROJECT, "
+            "clickhouse(s)://USER@HOST:PORT/DB?meta=URL or chdb:PATH"
         )
     return target
 
@@ -204,7 +213,11 @@ def display(url: str) -> str:
 
 
 def redact(url: str) -> str:
-    """``url`` without its password (in the user part or a ``password=`` parameter)."""
+    """``url`` without its password (in the user part or a ``password=`` parameter, or in
+    the URL of a ClickHouse store's metadata store, ``meta=``)."""
+    if url.startswith("chdb:"):  # a folder, then parameters
+        path, sep, query = url.partition("?")
+        return path + sep + _redact_query(query) if sep else url
     if "://" not in url:
         return url
     try:
@@ -216,12 +229,20 @@ def redact(url: str) -> str:
         cred, _, host = netloc.rpartition("@")
         user = cred.split(":", 1)[0]
         netloc = f"{user}@{host}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(k in _PASSWORD_PARAMS for k, _ in pairs):
-            query = urlencode([(k, v) for k, v in pairs if k not in _PASSWORD_PARAMS])
+    query = _redact_query(parts.query)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _redact_query(query: str) -> str:
+    if not query:
+        return query
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if not any(k in _PASSWORD_PARAMS or k == "meta" for k, _ in pairs):
+        return query
+    # a ClickHouse store's metadata store (``meta``) is a URL too: shown redacted
+    return urlencode(
+        [(k, redact(v) if k == "meta" else v) for k, v in pairs if k not in _PASSWORD_PARAMS]
+    )
 
 
 def secret_of(url: str) -> str | None:

@@ -26,7 +26,9 @@ Layout
 query, insert with settings, command), ``_chdb.py`` and ``_http.py`` (its two
 implementations), ``_native.py`` (the Native format the embedded engine is given),
 ``_errors.py`` (ClickHouse's errors as ours), ``_ddl.py`` (the tables, on one server or a
-cluster) and ``_bulk.py`` (:class:`BulkStore`: inserts deduplicated by token, and the reads).
+cluster), ``_bulk.py`` (:class:`BulkStore`: inserts deduplicated by token, and the reads) and
+``_store.py`` (the store a ``clickhouse(s)://…?meta=URL`` or ``chdb:PATH`` URL opens: the SQL
+store of its metadata with the bulk methods going to a BulkStore, a write in three steps).
 The SQL and DDL are written once; only the transport differs.
 """
 

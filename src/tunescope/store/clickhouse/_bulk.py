@@ -54,6 +54,27 @@ def _ms_bounds(start: float, end: float) -> tuple[int, int]:
     return lo, hi
 
 
+def _event(r: Sequence[Any]) -> Event:
+    """An event from a row (trial_id, kind, t, name, step, duration, value, data, ...)."""
+    return Event(
+        int(r[0]),
+        str(r[1]),
+        float(r[2]),
+        r[3],
+        None if r[4] is None else int(r[4]),
+        r[5],
+        r[6],
+        None if r[7] is None else json.loads(r[7]),
+    )
+
+
+def _scalar(r: Sequence[Any]) -> Scalar:
+    """A scalar from a row (trial_id, name, step, t, value, ...)."""
+    return Scalar(
+        int(r[0]), str(r[1]), None if r[2] is None else int(r[2]), float(r[3]), float(r[4])
+    )
+
+
 class BulkStore:
     """Samples, rollups, events and scalars in one ClickHouse database, through ``transport``
     (whose tables are created where missing unless ``create`` is False). Thread-safe as its
@@ -373,19 +394,81 @@ class BulkStore:
             f"FROM {self._t['events']} WHERE {where} ORDER BY t, seq",
             params,
         )
-        return [
-            Event(
-                int(r[0]),
-                str(r[1]),
-                float(r[2]),
-                r[3],
-                None if r[4] is None else int(r[4]),
-                r[5],
-                r[6],
-                None if r[7] is None else json.loads(r[7]),
+        return [_event(r) for r in rows]
+
+    def bin_events(
+        self, trial_id: int, start: float, end: float, kinds: Sequence[str] | None, bins: int
+    ) -> list[tuple[str, int, int, int]]:
+        """(kind, first bin, last bin, count) of the events overlapping [start, end], grouped
+        by the bins of ``bins`` equal spans their start and end fall in (unclipped: the
+        caller spreads each group over the bins it covers, as the SQL store does)."""
+        where, params = self._event_where(trial_id, start, end, kinds)
+        params.update(b_start=float(start), b_width=(float(end) - float(start)) / bins)
+        b0 = "toInt64(floor((t - {b_start:Float64}) / {b_width:Float64}))"
+        b1 = "toInt64(floor((t + coalesce(duration, 0) - {b_start:Float64}) / {b_width:Float64}))"
+        rows = self.transport.query(
+            f"SELECT kind, {b0} AS b0, {b1} AS b1, count() FROM {self._t['events']} "
+            f"WHERE {where} GROUP BY kind, b0, b1",
+            params,
+        )
+        return [(str(k), int(a), int(b), int(n)) for k, a, b, n in rows]
+
+    def event_page(
+        self,
+        trial_id: int,
+        start: float,
+        end: float,
+        kinds: Sequence[str] | None,
+        after: tuple[float, int] | None,
+        limit: int,
+    ) -> tuple[list[Event], tuple[float, int] | None]:
+        """Up to ``limit`` events as :meth:`fetch_events` selects them after the key
+        ``after`` ((t, seq) of the last one read; None: from the first), and the next key
+        (None after the last)."""
+        where, params = self._event_where(trial_id, start, end, kinds)
+        if after is not None:
+            where += " AND (t, seq) > ({a_t:Float64}, {a_seq:UInt64})"
+            params.update(a_t=float(after[0]), a_seq=int(after[1]))
+        rows = self.transport.query(
+            "SELECT trial_id, kind, t, name, step, duration, value, data, seq "
+            f"FROM {self._t['events']} WHERE {where} ORDER BY t, seq LIMIT {{lim:UInt64}}",
+            {**params, "lim": int(limit) + 1},
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        key = (float(rows[-1][2]), int(rows[-1][8])) if more else None
+        return [_event(r) for r in rows], key
+
+    def scalar_page(
+        self, trial_id: int, name: str | None, after: tuple[str, int, float, int] | None, limit: int
+    ) -> tuple[list[Scalar], tuple[str, int, float, int] | None]:
+        """Up to ``limit`` scalars in :meth:`scalars`' order after the key ``after`` ((name,
+        step or the smallest Int64, t, seq) of the last one read), and the next key."""
+        step = f"coalesce(step, {_I64_MIN})"
+        where = "trial_id = {trial:UInt64}"
+        params: dict[str, Any] = {"trial": int(trial_id), "lim": int(limit) + 1}
+        if name is not None:
+            where += " AND name = {name:String}"
+            params["name"] = name
+        if after is not None:
+            where += (
+                f" AND (name, {step}, t, seq) > "
+                "({a_name:String}, {a_step:Int64}, {a_t:Float64}, {a_seq:UInt64})"
             )
-            for r in rows
-        ]
+            params.update(a_name=after[0], a_step=int(after[1]), a_t=float(after[2]))
+            params["a_seq"] = int(after[3])
+        rows = self.transport.query(
+            f"SELECT trial_id, name, step, t, value, {step}, seq FROM {self._t['scalars']} "
+            f"WHERE {where} ORDER BY name, {step}, t, seq LIMIT {{lim:UInt64}}",
+            params,
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        key = None
+        if more and rows:
+            last = rows[-1]
+            key = (str(last[1]), int(last[5]), float(last[3]), int(last[6]))
+        return [_scalar(r) for r in rows], key
 
     def scalars(self, trial_id: int, name: str | None = None) -> list[Scalar]:
         """The trial's scalars (of one name or all) ordered by name, step (none first), time."""
@@ -399,12 +482,7 @@ class BulkStore:
             "ORDER BY name, step NULLS FIRST, t, seq",
             params,
         )
-        return [
-            Scalar(
-                int(r[0]), str(r[1]), None if r[2] is None else int(r[2]), float(r[3]), float(r[4])
-            )
-            for r in rows
-        ]
+        return [_scalar(r) for r in rows]
 
     def scalar_names(self, trial_id: int) -> list[str]:
         """Names of the trial's scalars, sorted."""

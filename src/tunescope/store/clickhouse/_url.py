@@ -4,9 +4,12 @@ engine's (``chdb:``), checked for form without connecting, and the server's pass
 * ``clickhouse://USER@HOST[:PORT]/DB`` over HTTP (port 8123 by default),
   ``clickhouses://USER@HOST[:PORT]/DB`` over TLS (port 8443), trusting ``$TUNESCOPE_CA_BUNDLE``
   when set, else the system's CAs. USER defaults to ``default``. Parameters: ``cluster=NAME``
-  (replicated and distributed tables on that cluster, see ``_ddl.py``) and ``passfile=PATH``.
+  (replicated and distributed tables on that cluster, see ``_ddl.py``), ``passfile=PATH`` and,
+  for a store, ``meta=URL``: the SQL store that keeps its metadata (a PostgreSQL URL,
+  percent-encoded; see the package's doc), which a server's store cannot do without.
 * ``chdb:PATH`` (or ``chdb:///ABSOLUTE/PATH``): the embedded engine on the folder PATH, in
-  database ``tunescope`` or the one ``?database=NAME`` names.
+  database ``tunescope`` or the one ``?database=NAME`` names; its metadata in ``?meta=URL``,
+  else in the SQLite file ``meta.db`` inside PATH (``NAME.meta.db`` for a database named).
 
 The password is never part of the URL: a URL that carries one is refused (its shown form,
 :func:`~tunescope.store._url.redact`, would hide it, but a URL travels in places a password
@@ -27,7 +30,7 @@ from tunescope._env import ENV_CA_BUNDLE, ENV_CLICKHOUSE_PASSWORD
 from tunescope.errors import ConfigError
 from tunescope.store._url import redact
 
-__all__ = ["EMBEDDED_DATABASE", "Embedded", "Server", "parse_url"]
+__all__ = ["EMBEDDED_DATABASE", "Embedded", "Server", "meta_url", "parse_url"]
 
 EMBEDDED_DATABASE = "tunescope"
 """The embedded engine's database unless the URL names another."""
@@ -50,6 +53,8 @@ class Server:
     database: str
     cluster: str | None = None
     passfile: str | None = None
+    meta: str | None = None
+    """The metadata store's URL as given (it may hold that store's password)."""
 
     def password(self) -> str:
         """The user's password: the first line of ``passfile``, else
@@ -84,6 +89,7 @@ class Embedded:
     path: str
     database: str = EMBEDDED_DATABASE
     cluster: None = None
+    meta: str | None = None
 
 
 def parse_url(url: str) -> Server | Embedded:
@@ -146,7 +152,7 @@ def _server(url: str, *, tls: bool) -> Server:
     database = parts.path.strip("/")
     if not database:
         raise ConfigError(f"ClickHouse URL {shown!r} names no database: {_FORM}")
-    params = _params(url, shown, ("cluster", "passfile"))
+    params = _params(url, shown, ("cluster", "passfile", "meta"))
     cluster = params.get("cluster")
     if "passfile" in params and not params["passfile"]:
         raise ConfigError(f"ClickHouse URL {shown!r}: passfile names no file")
@@ -159,6 +165,7 @@ def _server(url: str, *, tls: bool) -> Server:
         database=_name(database, "database", shown),
         cluster=None if cluster is None else _name(cluster, "cluster", shown),
         passfile=params.get("passfile"),
+        meta=params.get("meta") or None,
     )
 
 
@@ -169,7 +176,35 @@ def _embedded(url: str) -> Embedded:
         path = path[2:]  # chdb:///abs/path -> /abs/path
     if not path:
         raise ConfigError(f"ClickHouse URL {url!r} names no folder: use chdb:PATH")
-    params = _params(url, url, ("database",))
-    database = _name(params.get("database", EMBEDDED_DATABASE), "database", url)
+    shown = redact(url)
+    params = _params(url, shown, ("database", "meta"))
+    database = _name(params.get("database", EMBEDDED_DATABASE), "database", shown)
     # the engine compares folders as spelled: one folder, one spelling
-    return Embedded(url=url, path=os.path.realpath(os.path.expanduser(path)), database=database)
+    return Embedded(
+        url=shown,
+        path=os.path.realpath(os.path.expanduser(path)),
+        database=database,
+        meta=params.get("meta") or None,
+    )
+
+
+def meta_url(target: Server | Embedded) -> str:
+    """The URL of the SQL store that keeps the metadata of a store on ``target``: its
+    ``meta`` parameter, else (embedded) a SQLite file in its folder. ConfigError, in one
+    line, for a server's URL without one or a ``meta`` that names no SQL store."""
+    if target.meta is None:
+        if isinstance(target, Server):
+            raise ConfigError(
+                f"ClickHouse store URL {target.url!r} names no metadata store: add "
+                "?meta=<a percent-encoded postgresql:// URL> (runs, trials, series and tokens "
+                "stay in SQL, see docs/scale.md)"
+            )
+        name = "meta.db" if target.database == EMBEDDED_DATABASE else f"{target.database}.meta.db"
+        return os.path.join(target.path, name)
+    scheme = target.meta.partition(":")[0].lower()
+    if scheme in ("clickhouse", "clickhouses", "chdb", "http", "https"):
+        raise ConfigError(
+            f"ClickHouse store URL {target.url!r}: meta must name a SQLite file or a "
+            f"PostgreSQL database, not {redact(target.meta)!r}"
+        )
+    return target.meta

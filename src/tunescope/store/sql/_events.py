@@ -19,7 +19,27 @@ from tunescope.store.sql._heal import retrying
 from tunescope.store.sql._pages import EVENT_COLS, event_from_row, scalar_from_row
 from tunescope.store.sql._rows import sql_int as _sql_int
 
-__all__ = ["EventsMixin"]
+__all__ = ["EventsMixin", "spread_bins"]
+
+
+def spread_bins(rows: Iterable[Sequence[Any]], bins: int) -> list[tuple[str, int, int]]:
+    """(kind, bin, count) of every bin with events, from rows (kind, first bin, last bin,
+    count) of events grouped by the bins their start and end fall in: each group counts in
+    every bin it covers (clipped to the window's ``bins``)."""
+    out: list[tuple[str, int, int]] = []
+    by_kind: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for kind, lo, hi, n in rows:
+        by_kind[kind].append((int(lo), int(hi), int(n)))
+    for kind in sorted(by_kind):
+        arr = np.asarray(by_kind[kind], dtype=np.int64)
+        lo = np.clip(arr[:, 0], 0, bins - 1)
+        hi = np.clip(arr[:, 1], 0, bins - 1)
+        diff = np.zeros(bins + 1, dtype=np.int64)
+        np.add.at(diff, lo, arr[:, 2])
+        np.add.at(diff, hi + 1, -arr[:, 2])
+        counts = np.cumsum(diff[:-1])
+        out.extend((kind, int(i), int(counts[i])) for i in np.flatnonzero(counts))
+    return out
 
 
 class EventsMixin:
@@ -128,20 +148,7 @@ class EventsMixin:
                 "GROUP BY kind, b0, b1",
                 [start, width, start, width, *args],
             ).fetchall()
-        out: list[tuple[str, int, int]] = []
-        by_kind: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
-        for kind, lo, hi, n in rows:
-            by_kind[kind].append((int(lo), int(hi), int(n)))
-        for kind in sorted(by_kind):
-            arr = np.asarray(by_kind[kind], dtype=np.int64)
-            lo = np.clip(arr[:, 0], 0, bins - 1)
-            hi = np.clip(arr[:, 1], 0, bins - 1)
-            diff = np.zeros(bins + 1, dtype=np.int64)
-            np.add.at(diff, lo, arr[:, 2])
-            np.add.at(diff, hi + 1, -arr[:, 2])
-            counts = np.cumsum(diff[:-1])
-            out.extend((kind, int(i), int(counts[i])) for i in np.flatnonzero(counts))
-        return out
+        return spread_bins(rows, bins)
 
     # ------------------------------------------------------------------ scalars
     def _insert_scalars(self, cur: Any, trial_id: int, rows: Iterable[ScalarRow]) -> int:

@@ -81,51 +81,82 @@ class WriteMixin:
     def write(self, batch: Batch) -> int:
         digest = batch_digest(batch)  # before the lock: a big batch takes a while
         with self._lock, self._tx(write=True) as cur:
-            tid = self._trial_for(cur, batch.trial, batch.spec)
-            (project_id,) = self._q(
-                cur,
-                "SELECT r.project_id FROM trials t JOIN runs r ON r.id = t.run_id WHERE t.id = ?",
-                (tid,),
-            ).fetchone()
-            if (
-                self._q(
-                    cur,
-                    "INSERT INTO batches (project_id, id, trial_id, digest, t) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, id) DO NOTHING",
-                    (project_id, batch.id, tid, digest, time.time()),
-                ).rowcount
-                == 0
-            ):  # written before (by this connection or another): a resend, or a conflict
-                was_tid, was = self._q(
-                    cur,
-                    "SELECT trial_id, digest FROM batches WHERE project_id = ? AND id = ?",
-                    (project_id, batch.id),
-                ).fetchone()
-                if was is not None and was != digest:
+            tid, was = self._claim_batch(cur, batch, digest)
+            if was is not None:  # written before (by this connection or another)
+                if was and was != digest:
                     raise Conflict(f"batch {batch.id!r} was written before with other content")
-                return int(was_tid)
-            for metric, _device, _note, t, v in batch.samples:
-                problem = check_sample(t, v)
-                if problem is not None:
-                    raise Rejected(f"{metric}: {problem}")
-            ids = self._series_ids_in(
-                cur, tid, batch.host, [(m, d, n) for m, d, n, _t, _v in batch.samples]
-            )
-            by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
-            for metric, device, _note, t, v in batch.samples:
-                by_series[ids[(metric, device or "")]].append((t, v))
-            self._append(cur, by_series)
-            self._touch(cur, [tid])  # a batch after the end too: its kept usage is stale
-            try:
-                self._insert_events(cur, tid, batch.events)
-            except (TypeError, ValueError) as exc:
-                raise Rejected(f"event data must be JSON values: {exc}") from None
-            self._insert_scalars(cur, tid, batch.scalars)
-            self._apply_trial_changes(cur, tid, batch)
-            if batch.where is not None:
-                self._merge_where(cur, tid, batch.host, batch.where)
+                return tid
+            by_series = self._batch_series(cur, tid, batch)
+            self._write_bulk(cur, tid, batch, by_series)
+            self._finish_batch(cur, tid, batch)
             self._written.update(by_series)
             return tid
+
+    # The steps of a write, each inside the caller's transaction; a backend that keeps the
+    # bulk (samples, events, scalars) elsewhere runs them in its own order around
+    # :meth:`_write_bulk` (see ``store/clickhouse/_store.py``).
+    def _claim_batch(self, cur: Any, batch: Batch, digest: str) -> tuple[int, str | None]:
+        """The batch's trial (created from its spec if new), and the batch id recorded with
+        ``digest`` unless it was before: then the trial it was written to and the digest it
+        was recorded with ("" for a batch recorded before digests: any content is a resend)."""
+        tid = self._trial_for(cur, batch.trial, batch.spec)
+        (project_id,) = self._q(
+            cur,
+            "SELECT r.project_id FROM trials t JOIN runs r ON r.id = t.run_id WHERE t.id = ?",
+            (tid,),
+        ).fetchone()
+        if (
+            self._q(
+                cur,
+                "INSERT INTO batches (project_id, id, trial_id, digest, t) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id, id) DO NOTHING",
+                (project_id, batch.id, tid, digest, time.time()),
+            ).rowcount
+            == 1
+        ):
+            return tid, None
+        was_tid, was = self._q(
+            cur,
+            "SELECT trial_id, digest FROM batches WHERE project_id = ? AND id = ?",
+            (project_id, batch.id),
+        ).fetchone()
+        return int(was_tid), "" if was is None else str(was)
+
+    def _batch_series(
+        self, cur: Any, tid: int, batch: Batch
+    ) -> dict[int, list[tuple[float, float]]]:
+        """The batch's samples by series id (series created where new); Rejected, before
+        anything is written, when a sample is not a finite number within the store's ranges."""
+        for metric, _device, _note, t, v in batch.samples:
+            problem = check_sample(t, v)
+            if problem is not None:
+                raise Rejected(f"{metric}: {problem}")
+        ids = self._series_ids_in(
+            cur, tid, batch.host, [(m, d, n) for m, d, n, _t, _v in batch.samples]
+        )
+        by_series: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        for metric, device, _note, t, v in batch.samples:
+            by_series[ids[(metric, device or "")]].append((t, v))
+        return by_series
+
+    def _write_bulk(
+        self, cur: Any, tid: int, batch: Batch, by_series: dict[int, list[tuple[float, float]]]
+    ) -> None:
+        """Write the batch's samples, events and scalars (here: in the batch's transaction)."""
+        self._append(cur, by_series)
+        try:
+            self._insert_events(cur, tid, batch.events)
+        except (TypeError, ValueError) as exc:
+            raise Rejected(f"event data must be JSON values: {exc}") from None
+        self._insert_scalars(cur, tid, batch.scalars)
+
+    def _finish_batch(self, cur: Any, tid: int, batch: Batch) -> None:
+        """What a batch changes in its trial, and the trial's data generation raised (a batch
+        after the end too: its kept usage is stale)."""
+        self._touch(cur, [tid])
+        self._apply_trial_changes(cur, tid, batch)
+        if batch.where is not None:
+            self._merge_where(cur, tid, batch.host, batch.where)
 
     def _trial_for(self, cur: Any, key: str, spec: TrialSpec | None) -> int:
         """The trial of ``key``, created from ``spec`` if new. Only trials found already

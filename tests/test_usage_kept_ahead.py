@@ -236,20 +236,24 @@ def test_a_servers_compactor_keeps_usage_in_passes_that_resume(sqlite_url: str) 
         assert pool.unkept_usage(DIGEST) == []
 
 
-def test_serve_keep_raw_keeps_usage_ahead_and_the_page_reads_it(sqlite_url: str) -> None:
-    """``serve --keep-raw`` (the real app, its lifespan): the background compaction keeps the
-    usage of every ended trial; GET /api/usage answers from it what a fresh computation
-    gives and the counted truth."""
+@pytest.mark.parametrize("keep_raw", [30 * DAY, None], ids=["keep-raw", "all-raw"])
+def test_serve_keeps_usage_ahead_and_the_page_reads_it(
+    sqlite_url: str, keep_raw: float | None
+) -> None:
+    """``serve`` (the real app, its lifespan), with ``--keep-raw`` (the background compaction)
+    or without (passes of their own): the usage of every ended trial is kept ahead; GET
+    /api/usage answers from it what a fresh computation gives and the counted truth."""
     with open_store(sqlite_url) as st:
         ut.write(st, MINE)
     params = {"since": SINCE, "until": UNTIL, "by": "user,day", "project": "speech"}
     with (
         app_over(
-            sqlite_url, keep_raw=30 * DAY, compact_first_after=0.0, settings=FindingSettings()
+            sqlite_url, keep_raw=keep_raw, compact_first_after=0.0, settings=FindingSettings()
         ) as app,
         TestClient(app),
     ):
         assert wait_for(lambda: app.state.compactor.usage_kept == len(MINE), timeout=120.0)
+        assert (app.state.compactor.runs > 0) == (keep_raw is not None)  # dropped raw or not
         got = request(app, "/api/usage", params=params)
     assert got.status_code == 200
     with closing(open_store(sqlite_url, create=False)) as st:

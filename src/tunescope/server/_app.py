@@ -131,7 +131,8 @@ def create_app(
     in flight (``_limits.py``). ``keep_raw``: seconds of raw samples to keep; older ones are
     dropped once rolled up, and ended trials' usage figures kept, the first time
     ``compact_first_after`` seconds after start, then every ``compact_every`` (``_compact.py``,
-    see docs/retention.md); None: all are kept.
+    see docs/retention.md); None: all are kept, and ended trials' usage figures are kept by
+    passes of their own, the first ``compact_first_after`` seconds after start.
     """
     if settings is None:
         settings = load_settings().settings
@@ -156,17 +157,18 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        compactor = (
-            None
-            if keep_raw is None
-            else Compactor(store, keep_raw, settings, compact_every, compact_first_after)
+        compactor = Compactor(
+            store,
+            keep_raw,
+            settings,
+            compact_every if keep_raw is not None else None,
+            compact_first_after,
         )
         app.state.compactor = compactor
         try:
             yield
         finally:
-            if compactor is not None:
-                compactor.stop()
+            compactor.stop()
             if otel is not None:
                 otel.shutdown()
             release_store(store)

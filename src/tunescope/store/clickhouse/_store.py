@@ -40,7 +40,7 @@ from tunescope.store.produce._batch import Batch
 from tunescope.store.sql._events import spread_bins
 from tunescope.store.sql._heal import retrying
 from tunescope.store.sql._pages import EventKey, ScalarKey
-from tunescope.store.sql._rows import sql_int
+from tunescope.store.sql._rows import ids_in, sql_int
 from tunescope.store.sql._sqlite import SQLiteStore
 from tunescope.store.sql._write import batch_digest
 
@@ -139,16 +139,7 @@ class ClickHouseBulk:
     @retrying
     def _check_series(self, sids: Sequence[int]) -> None:
         with self._tx() as cur:
-            found: set[int] = set()
-            for i in range(0, len(sids), 500):
-                part = list(sids[i : i + 500])
-                marks = ", ".join("?" * len(part))
-                found.update(
-                    int(r[0])
-                    for r in self._q(
-                        cur, f"SELECT id FROM series WHERE id IN ({marks})", part
-                    ).fetchall()
-                )
+            found = ids_in(self._q, cur, "SELECT id FROM series WHERE id IN ({marks})", sids)
         missing = [s for s in sids if s not in found]
         if missing:
             raise NotFound(f"no series with id {missing[0]} in {self.url}")

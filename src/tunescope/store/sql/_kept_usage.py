@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tunescope.store.sql._heal import retrying
+from tunescope.store.sql._rows import ids_in
 
 __all__ = ["KeptUsageMixin"]
 
@@ -54,17 +55,8 @@ class KeptUsageMixin:
 
     def _touch_series(self, cur: Any, series_ids: Sequence[int]) -> None:
         """Raise the data generation of the trials these series belong to."""
-        tids: set[int] = set()
-        for i in range(0, len(series_ids), 500):
-            part = [int(s) for s in series_ids[i : i + 500]]
-            marks = ", ".join("?" * len(part))
-            tids.update(
-                int(r[0])
-                for r in self._q(
-                    cur, f"SELECT DISTINCT trial_id FROM series WHERE id IN ({marks})", part
-                ).fetchall()
-            )
-        self._touch(cur, tids)
+        sql = "SELECT DISTINCT trial_id FROM series WHERE id IN ({marks})"
+        self._touch(cur, ids_in(self._q, cur, sql, series_ids))
 
     @retrying
     def kept_usage(

@@ -15,6 +15,7 @@ __all__ = [
     "STORE_NOW",
     "TRIAL_COLS",
     "floats",
+    "ids_in",
     "series_from",
     "sql_int",
 ]
@@ -48,3 +49,14 @@ def sql_int(value: int) -> int:
     rather than a driver's overflow error."""
     v = int(value)
     return v if -(2**63) <= v < 2**63 else -1
+
+
+def ids_in(q: Any, cur: Any, sql: str, ids: Sequence[int]) -> set[int]:
+    """The first column, as ints, of ``sql`` run on ``cur`` through ``q`` (a store's ``_q``)
+    for ``ids`` in pages of 500, its ``{marks}`` the page's placeholders (``IN ({marks})``)."""
+    found: set[int] = set()
+    for i in range(0, len(ids), 500):
+        part = [int(x) for x in ids[i : i + 500]]
+        marks = ", ".join("?" * len(part))
+        found.update(int(r[0]) for r in q(cur, sql.format(marks=marks), part).fetchall())
+    return found

@@ -19,6 +19,7 @@ from tunescope.store._checks import check_row
 from tunescope.store._codec import F64, MAX_DELTA_MS, decode, encode, encode_blocks, to_stored
 from tunescope.store._contract import CHUNK_SAMPLES
 from tunescope.store.sql._heal import retrying
+from tunescope.store.sql._rows import ids_in
 from tunescope.store.sql._rows import sql_int as _sql_int
 
 __all__ = ["SamplesMixin"]
@@ -208,17 +209,12 @@ class SamplesMixin:
         found: set[int] = set()
         if sids:
             with self._tx() as cur:
-                for i in range(0, len(sids), 500):
-                    part = list(sids[i : i + 500])
-                    marks = ", ".join("?" * len(part))
-                    found.update(
-                        int(r[0])
-                        for r in self._q(
-                            cur,
-                            f"SELECT DISTINCT series_id FROM pending WHERE series_id IN ({marks})",
-                            part,
-                        ).fetchall()
-                    )
+                found = ids_in(
+                    self._q,
+                    cur,
+                    "SELECT DISTINCT series_id FROM pending WHERE series_id IN ({marks})",
+                    sids,
+                )
         return sorted(found)
 
     def compact(self, series_id: int | None = None) -> None:

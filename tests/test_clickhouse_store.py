@@ -5,6 +5,9 @@ loses nor doubles."""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -165,3 +168,32 @@ def test_a_read_only_clickhouse_makes_writers_wait_and_loses_nothing(store: Stor
     tid = store.write(batch)
     assert _counts(store, tid, store.list_series(tid)[0].id) == (50, 1, 1)
     assert store.get_trial(tid).state == "completed"
+
+
+@pytest.mark.parametrize("command", [["trials", "r"], ["report", "r"], ["export", "r"]])
+def test_read_commands_on_an_unreachable_clickhouse_fail_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """As on PostgreSQL: a read command whose ClickHouse cannot be reached says so in one
+    line, exits 2, and shows no password. The metadata (a SQLite file, written through the
+    embedded engine) holds a trial with samples, so the command must ask ClickHouse for them."""
+    meta = tmp_path / "meta.db"
+    url = fresh_url("embedded")
+    try:
+        with open_store(url + "&meta=" + quote(str(meta), safe="")) as s:
+            key = new_key()
+            s.write(_batch(key, "b1", TrialSpec(key=key, run="r", start=T0)))
+    finally:
+        _drop(url.rpartition("database=")[2])
+    away = "clickhouse://u@127.0.0.1:9/db?meta=" + quote(str(meta), safe="")  # discard port
+    p = subprocess.run(
+        [sys.executable, "-m", "tunescope", *command, "--store", away],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TUNESCOPE_CLICKHOUSE_PASSWORD": "s3cret-pw"},
+    )
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tunescope: error: clickhouse://u@127.0.0.1:9/")
+    assert "s3cret-pw" not in p.stderr and "Traceback" not in p.stderr

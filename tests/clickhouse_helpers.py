@@ -39,6 +39,13 @@ def engine_folder() -> str:
     return _FOLDER[0]
 
 
+def engine_owns(path: str) -> bool:
+    """Whether ``path`` is a file of this test process's embedded engine: the engine opens
+    and closes them as its background merges run, after the test that inserted (see
+    ``no_leaks``); a store does not hold them."""
+    return bool(_FOLDER) and path.startswith(_FOLDER[0] + "/")
+
+
 @pytest.fixture(scope="session")
 def chdb_engine() -> Iterator[str]:
     """The embedded engine, started before the first test that uses it and kept running for

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from _pytest.logging import caplog_records_key
 
-from clickhouse_helpers import chdb_engine  # noqa: F401  (the session's embedded engine)
+from clickhouse_helpers import chdb_engine, engine_owns  # noqa: F401  (chdb_engine: the session's)
 from collect_helpers import Proc
 from http_helpers import Server, make_token
 from tunescope.store import PooledStore, Store, open_store
@@ -114,13 +114,15 @@ def _kept_fd(target: str) -> bool:
     """Descriptors a library legitimately keeps for the life of the process, opened lazily by
     the first test that needs them: the system's random source, the kernel's inotify and
     epoll instances of event loops that live on, shared-memory of libraries (torch), libuuid's
-    clock file, matplotlib's cached fonts and the counters each thread of the embedded
-    ClickHouse's pools reads for as long as it lives (``/proc/PID/task/TID/stat``)."""
+    clock file, matplotlib's cached fonts, the counters each thread of the embedded
+    ClickHouse's pools reads for as long as it lives (``/proc/PID/task/TID/stat``) and the
+    files of that engine's folder its background merges open after a test inserted."""
     return (
         target in ("/dev/urandom", "/dev/random", "/dev/null", "/var/lib/libuuid/clock.txt")
         or target.startswith(("anon_inode:[eventpoll]", "anon_inode:inotify", "/dev/shm/"))
         or "/matplotlib/mpl-data/fonts/" in target  # its font cache keeps them open
         or re.fullmatch(rf"/proc/{os.getpid()}/task/\d+/(stat|schedstat|io)", target) is not None
+        or engine_owns(target)
     )
 
 

@@ -73,9 +73,9 @@ def _chunks(st: SQLStore) -> int:
 def test_compact_dry_run_then_drops_and_keeps_what_readers_see(
     sql_store_url: str, request: pytest.FixtureRequest
 ) -> None:
-    # SQL stores only: raw retention (drop_raw, tunescope compact --keep-raw) is the SQL stores',
-    # not the contract's; a store on ClickHouse refuses it in one line (not built yet: it would
-    # drop daily partitions, and its minute rollups keep no last value for latest())
+    # SQL stores only: the CLI runs in a second process, and the embedded ClickHouse opens its
+    # folder in one process at a time; compact on ClickHouse runs in-process in
+    # test_usage_kept_ahead.py and tests/test_clickhouse_retention.py
     with open_store(sql_store_url) as st:
         assert isinstance(st, SQLStore)
         old = _trial(st, "old", OLD, 3600)

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from clickhouse_helpers import chdb_engine, fresh_bulk
-from tunescope.store.clickhouse import DEDUP_WINDOW, TABLES, schema
+from tunescope.store.clickhouse import DEDUP_WINDOW, TABLES, migrate_last_value, schema
 
 pytestmark = pytest.mark.usefixtures(chdb_engine.__name__)
 
@@ -92,3 +92,20 @@ def test_one_server_and_a_cluster_differ_only_in_placement() -> None:
         if "Distributed(" not in s
     ]
     assert strip == local
+
+
+@pytest.mark.parametrize("cluster", [None, "main"])
+def test_the_last_values_migration_parses_and_reaches_every_node(cluster: str | None) -> None:
+    """What adds the minute rollups' last value to a database made before it: on a cluster,
+    to the local tables and the Distributed one on every node (it runs on one server in
+    ``tests/test_clickhouse_retention.py``)."""
+    stmts = migrate_last_value("metrics", cluster)
+    with fresh_bulk("embedded") as bulk:
+        for stmt in stmts:
+            (row,) = bulk.transport.query("SELECT formatQuery({q:String})", {"q": stmt})
+            assert row[0].startswith(("ALTER", "INSERT"))
+    if cluster:
+        assert all(" ON CLUSTER main" in s for s in stmts[:-1])
+        assert {s.split()[2] for s in stmts[:2]} == {"metrics.minutes_local", "metrics.minutes"}
+        assert "FROM metrics.samples_local" in stmts[2]
+        assert "insert_distributed_sync = 1" in stmts[-1]

@@ -147,12 +147,6 @@ def test_urls_name_their_metadata_store_and_hide_its_password(tmp_path: Path) ->
         (Path(engine_folder()) / f"{name}.meta.db").unlink(missing_ok=True)
 
 
-def test_raw_retention_is_refused_in_one_line(store: Store) -> None:
-    with pytest.raises(ConfigError, match="not built for a store on ClickHouse") as err:
-        store.drop_raw(T0)  # type: ignore[attr-defined]
-    assert "\n" not in str(err.value)
-
-
 def test_a_read_only_clickhouse_makes_writers_wait_and_loses_nothing(store: Store) -> None:
     """As PostgreSQL in "held by design": a ClickHouse that refuses writes (a user or server
     set read-only, a replica that lost Keeper) is a wait, and the batch sent again once it
@@ -197,3 +191,49 @@ def test_read_commands_on_an_unreachable_clickhouse_fail_in_one_line(
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tunescope: error: clickhouse://u@127.0.0.1:9/")
     assert "s3cret-pw" not in p.stderr and "Traceback" not in p.stderr
+
+
+_HOLDER = """
+import sys
+from tunescope.store import open_store
+st = open_store(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.read()  # until the test closes it
+st.close()
+"""
+
+
+def test_a_folder_another_process_holds_is_one_line_that_names_it(tmp_path: Path) -> None:
+    """chdb runs one engine per folder: while a second process holds ``chdb:PATH``, a
+    command on it fails at once with one line that names the holder and says to use a
+    server, exit 2 (chdb alone prints its lock error and an empty BAD_ARGUMENTS); once the
+    holder is gone, the command runs."""
+    folder = tmp_path / "engine"  # not this test process's engine folder
+    url = f"chdb:{folder}?meta=" + quote(str(tmp_path / "meta.db"), safe="")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("TUNESCOPE_STORE", None)
+    cmd = [sys.executable, "-m", "tunescope", "runs", "--store", url]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert p.returncode == 2 and p.stdout == ""
+        assert p.stderr.count("\n") == 1, p.stderr  # one line, nothing from chdb
+        assert f"held by another process (pid {holder.pid})" in p.stderr
+        assert p.stderr.startswith(f"tunescope: error: cannot open chdb:{folder}")
+        assert "use a ClickHouse server" in p.stderr
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=120)
+        assert holder.stdout is not None
+        holder.stdout.close()
+    assert holder.returncode == 0
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr

@@ -160,53 +160,55 @@ def _windows(store: Store, sid: int, lo: float, hi: float, exact: bool = True) -
 
 
 def test_dropping_raw_keeps_windows_extent_and_latest(
-    sql_store_url: str, request: pytest.FixtureRequest
+    store_url: str, request: pytest.FixtureRequest
 ) -> None:
     """Six hours at 1 Hz with a spike, then the raw of the first four dropped: every window
     over whole minutes (count, min, max, mean of each bucket), the series' extent and its
-    latest value are as before, on SQLite and PostgreSQL."""
-    # SQL stores only: raw retention (drop_raw, tunescope compact --keep-raw) is the SQL stores',
-    # not the contract's; a store on ClickHouse refuses it in one line (not built yet: it would
-    # drop daily partitions, and its minute rollups keep no last value for latest())
+    latest value are as before, on SQLite, PostgreSQL and ClickHouse (whose raw samples go by
+    whole days: three and a half of these hours are the day before the cutoff's)."""
     n = 6 * 3600
-    ts = T0 + np.arange(n, dtype=np.float64)
+    t0 = _day_start(T0) + 3 * 86400 - 3.5 * 3600 + 17.0  # the cutoff, t0 + 4 h, on a new day
+    ts = t0 + np.arange(n, dtype=np.float64)
     vs = (50 + 40 * np.sin(np.arange(n) / 500.0)).astype(np.float32).astype(np.float64)
     vs[1234] = 1e6  # one second's spike in the dropped part
-    store, sid = _store_with(sql_store_url, ts, vs)
+    store, sid = _store_with(store_url, ts, vs)
     try:
-        assert isinstance(store, _sql.SQLStore)
-        lo, hi = np.floor(T0 / 60) * 60, np.ceil((T0 + n) / 60) * 60 + 59.999
+        lo, hi = np.floor(t0 / 60) * 60, np.ceil((t0 + n) / 60) * 60 + 59.999
         windows = _windows(store, sid, lo, hi)
         extent = store.series_extent(sid)
         trial = store._series_info(sid).trial_id
         latest = store.latest(trial)
-        report = store.drop_raw(T0 + 4 * 3600)
+        report = store.drop_raw(t0 + 4 * 3600)  # type: ignore[attr-defined]
         assert report.chunks > 0 and report.samples >= 3 * 3600
-        assert store.raw_from(sid) == report.cutoff
+        assert store.raw_from(sid) == report.cutoff  # type: ignore[attr-defined]
+        kept_t, _ = store.read_samples(sid)
+        assert set(ts[ts >= report.cutoff].tolist()) <= set(kept_t.tolist())  # kept: the new
+        assert report.samples == n + 1 - kept_t.size  # what went is what was said
         assert _windows(store, sid, lo, hi) == windows
         assert store.window(sid, lo, hi, 1).buckets[0].max == 1e6  # type: ignore[index]
         assert store.series_extent(sid) == extent
         assert store.latest(trial) == latest
-        assert store.drop_raw(T0 + 4 * 3600).chunks == 0  # nothing more to drop
+        assert store.drop_raw(t0 + 4 * 3600).chunks == 0  # type: ignore[attr-defined]
     finally:
         store.close()
 
 
+def _day_start(t: float) -> float:
+    return float(np.floor(t / 86400) * 86400)
+
+
 def test_latest_of_a_series_whose_raw_is_all_gone(
-    sql_store_url: str, request: pytest.FixtureRequest
+    store_url: str, request: pytest.FixtureRequest
 ) -> None:
-    # SQL stores only: raw retention (drop_raw, tunescope compact --keep-raw) is the SQL stores',
-    # not the contract's; a store on ClickHouse refuses it in one line (not built yet: it would
-    # drop daily partitions, and its minute rollups keep no last value for latest())
     ts = T0 + np.arange(3000, dtype=np.float64)
     vs = np.arange(3000, dtype=np.float64)
-    store, sid = _store_with(sql_store_url, ts, vs)
+    store, sid = _store_with(store_url, ts, vs)
     try:
-        assert isinstance(store, _sql.SQLStore)
         store.compact()
         trial = store._series_info(sid).trial_id
         before = store.latest(trial)
-        assert store.drop_raw(T0 + 10 * 3600).samples == 3001
+        assert before[0][1:] == (T0 + 3000.0, 42.0)
+        assert store.drop_raw(T0 + 2 * 86400).samples == 3001  # type: ignore[attr-defined]
         assert store.read_samples(sid)[0].size == 0
         assert store.latest(trial) == before
         assert store.series_extent(sid) == (T0, T0 + 3000.0, 3001)

@@ -97,30 +97,27 @@ def _running(store: Store, t0: float) -> int:
 
 
 def test_compact_keeps_every_ended_trials_usage_for_the_first_query(
-    sql_store_url: str, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
+    store_url: str, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
 ) -> None:
     """``tunescope compact`` (its raw samples all older than --keep-raw: dropped first) keeps
     the usage of every ended trial; the first query computes none, and answers what a fresh
     computation and the counted truth give, figure for figure; a running trial keeps none."""
-    # SQL stores only: raw retention (drop_raw, tunescope compact --keep-raw) is the SQL stores',
-    # not the contract's; a store on ClickHouse refuses it in one line (not built yet: it would
-    # drop daily partitions, and its minute rollups keep no last value for latest())
     settings = load_settings().settings  # what the CLI's compact and usage read
     digest = usage_digest(settings, GPU_CATALOG)
-    with open_store(sql_store_url) as st:
+    with open_store(store_url) as st:
         ut.write(st, MINE)
         running = _running(st, ut.DAY0 + 3 * DAY)
         assert len(st.unkept_usage(digest)) == len(MINE)  # type: ignore[attr-defined]
 
-    dry = _cli(capsys, "compact", "--keep-raw", "30d", "--dry-run", "--store", sql_store_url)
+    dry = _cli(capsys, "compact", "--keep-raw", "30d", "--dry-run", "--store", store_url)
     assert dry.startswith("would drop ") and "usage" not in dry
-    with open_store(sql_store_url) as st:
+    with open_store(store_url) as st:
         assert len(st.unkept_usage(digest)) == len(MINE)  # type: ignore[attr-defined]
 
-    out = _cli(capsys, "compact", "--keep-raw", "30d", "--store", sql_store_url).splitlines()
+    out = _cli(capsys, "compact", "--keep-raw", "30d", "--store", store_url).splitlines()
     assert out[0].startswith("dropped ") and not out[0].startswith("dropped 0 ")
     assert out[1].startswith(f"kept the usage figures of {len(MINE)} ended trials (")
-    with closing(open_store(sql_store_url, create=False)) as st:
+    with closing(open_store(store_url, create=False)) as st:
         assert st.unkept_usage(digest) == []  # type: ignore[attr-defined]
         assert st.kept_usage([running], digest)[running][1] is None  # type: ignore[attr-defined]
         for by in (["day"], ["user", "run"], ["gpu_model", "week"]):
@@ -135,21 +132,18 @@ def test_compact_keeps_every_ended_trials_usage_for_the_first_query(
                 d, w = r.to_dict(), truth[tuple(r.keys[b] for b in by)]
                 for f in ("gpu_held_s", "gpu_busy_s", "gpu_idle_s", "cpu_core_s", "trials"):
                     assert _close(d[f], w[f]), (by, r.keys, f)
-    again = _cli(capsys, "compact", "--keep-raw", "30d", "--store", sql_store_url).splitlines()
+    again = _cli(capsys, "compact", "--keep-raw", "30d", "--store", store_url).splitlines()
     assert again[1].startswith("kept the usage figures of 0 ended trials (")
 
 
 def test_a_trial_with_new_data_after_it_was_kept_is_computed_again(
-    sql_store_url: str, request: pytest.FixtureRequest
+    store_url: str, request: pytest.FixtureRequest
 ) -> None:
     """A batch lands after compaction kept a trial's usage: the next query computes it (the
     late samples counted), and the next compaction keeps the new figures, which the query
     after reads back."""
-    # SQL stores only: raw retention (drop_raw, tunescope compact --keep-raw) is the SQL stores',
-    # not the contract's; a store on ClickHouse refuses it in one line (not built yet: it would
-    # drop daily partitions, and its minute rollups keep no last value for latest())
     t0 = 5_000_000.0
-    with closing(open_store(sql_store_url)) as st:
+    with closing(open_store(store_url)) as st:
         tid, key = _ended(st, t0, 100, end=t0 + 200, value=100.0)  # then 100 s unknown
         done = compact_raw(st, 30 * DAY, now=t0)  # no raw is old enough to drop
         assert done.raw.chunks == 0 and done.usage is not None

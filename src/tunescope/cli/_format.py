@@ -146,7 +146,7 @@ def retention_line(r: RetentionReport) -> str:
     """What ``tunescope compact`` (or its dry run) dropped, on one line."""
     verb, first = ("would drop", "would roll up") if r.dry_run else ("dropped", "rolled up")
     line = (
-        f"{verb} {r.chunks} raw chunks ({r.samples} samples, {r.bytes / 2**20:.2f} MiB) of "
+        f"{verb} {r.chunks} {r.unit} ({r.samples} samples, {r.bytes / 2**20:.2f} MiB) of "
         f"{r.series} series, those ended before {when(r.cutoff)}"
     )
     return line + (f"; {first} {r.rolled_up} series first" if r.rolled_up else "")

@@ -35,7 +35,7 @@ The SQL and DDL are written once; only the transport differs.
 from __future__ import annotations
 
 from tunescope.store.clickhouse._bulk import MINUTE, BulkStore
-from tunescope.store.clickhouse._ddl import DEDUP_WINDOW, TABLES, schema
+from tunescope.store.clickhouse._ddl import DEDUP_WINDOW, TABLES, migrate_last_value, schema
 from tunescope.store.clickhouse._errors import translate
 from tunescope.store.clickhouse._transport import Column, Transport
 from tunescope.store.clickhouse._url import Embedded, Server, parse_url
@@ -50,6 +50,7 @@ __all__ = [
     "Server",
     "Transport",
     "connect",
+    "migrate_last_value",
     "open_bulk",
     "parse_url",
     "schema",

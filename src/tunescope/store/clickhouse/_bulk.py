@@ -31,10 +31,10 @@ from tunescope.errors import Rejected
 from tunescope.store._checks import MAX_ABS_TIME_S, MAX_SAMPLE_VALUE, check_row
 from tunescope.store._model import Bucket, Event, Scalar
 from tunescope.store._rollup import LEVELS
-from tunescope.store.clickhouse._ddl import schema
+from tunescope.store.clickhouse._ddl import migrate_last_value, schema
 from tunescope.store.clickhouse._transport import Column, Params, Transport
 
-__all__ = ["MINUTE", "BulkStore", "Samples"]
+__all__ = ["DAY", "MINUTE", "BulkStore", "Samples"]
 
 F64 = npt.NDArray[np.float64]
 Samples = tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike]
@@ -42,6 +42,9 @@ Samples = tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike]
 
 MINUTE = LEVELS[-1]
 """Seconds a rollup row spans; windows whose spans are at least this long read rollups."""
+
+DAY = 86400
+"""Seconds a partition of raw samples spans (``intDiv(t, 86400000)``): what retention drops."""
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
@@ -91,8 +94,21 @@ class BulkStore:
             # the token: a retry reaches the same shards and is deduplicated there
             self._insert_settings["insert_distributed_sync"] = 1
         if create:
+            self._migrate()  # first: the view's statement checks its columns even if it exists
             for stmt in schema(db, transport.cluster):
                 transport.command(stmt)
+
+    def _migrate(self) -> None:
+        """Add the minute rollups' last value to a database made before it (see
+        :func:`~tunescope.store.clickhouse.migrate_last_value`)."""
+        rows = self.transport.query(
+            "SELECT count(), countIf(name = 'vlast') FROM system.columns "
+            "WHERE database = {db:String} AND table = {table:String}",
+            {"db": self.transport.database, "table": self._local("minutes")},
+        )
+        if int(rows[0][0]) and not int(rows[0][1]):
+            for stmt in migrate_last_value(self.transport.database, self.transport.cluster):
+                self.transport.command(stmt)
 
     def close(self) -> None:
         self.transport.close()
@@ -251,57 +267,84 @@ class BulkStore:
         return t[keep], v[keep]
 
     def window(
-        self, series_id: int, start: float, end: float, points: int
+        self,
+        series_id: int,
+        start: float,
+        end: float,
+        points: int,
+        *,
+        raw_from: float | None = None,
     ) -> tuple[list[Bucket] | None, list[tuple[float, float]] | None]:
         """(buckets, None), or (None, samples) when the window holds no more than ``points``
-        samples: :meth:`~tunescope.store.Store.window`'s two answers (see the module doc)."""
+        samples: :meth:`~tunescope.store.Store.window`'s two answers (see the module doc).
+
+        ``raw_from``: the time before which the series' raw samples were dropped (the SQL
+        store's ``raw_from``, see :meth:`raw_days_before`). Before it the minute rows stand in
+        for them, as on the SQL stores: a minute row goes in whole when the midpoint of its
+        samples lies inside [start, end], else not at all, and the window returns buckets even
+        when it holds fewer samples than ``points``."""
         start, end, points = float(start), float(end), int(points)
         if points < 1:
             raise ValueError("points must be at least 1")
         if not (math.isfinite(start) and math.isfinite(end)) or not end > start:
             raise ValueError("a window needs finite start < end")
         width = (end - start) / points
-        a = math.ceil(start / MINUTE) * MINUTE
-        b = math.floor(end / MINUTE) * MINUTE
-        lo, hi = _ms_bounds(start, end)
         params: dict[str, Any] = {
             "sid": int(series_id),
             "start": start,
             "end": end,
             "width": width,
             "last": points - 1,
-            "lo": lo,
-            "hi": hi,
         }
-        bucket = "least(toInt64(floor((mid - {start:Float64}) / {width:Float64})), {last:Int64})"
-        raw = (
-            "SELECT t / 1000 AS mid, t AS t0, t AS t1, toUInt64(1) AS n, value AS lo, "
-            f"value AS hi, toFloat64(value) AS s FROM {self._t['samples']} "
+        minute_rows = (
+            "SELECT (min(t_first) / 1000 + max(t_last) / 1000) / 2 AS mid, "
+            "min(t_first) AS t0, max(t_last) AS t1, sum(n) AS n, min(vmin) AS lo, "
+            f"max(vmax) AS hi, sum(vsum) AS s FROM {self._t['minutes']} "
             "WHERE series_id = {sid:UInt64} AND "
         )
-        if width >= MINUTE and a < b:
-            params.update(a=a * 1000, b=b * 1000, m0=a // MINUTE, m1=b // MINUTE)
-            inner = (
-                "SELECT (min(t_first) / 1000 + max(t_last) / 1000) / 2 AS mid, "
-                "min(t_first) AS t0, max(t_last) AS t1, sum(n) AS n, min(vmin) AS lo, "
-                f"max(vmax) AS hi, sum(vsum) AS s FROM {self._t['minutes']} "
-                "WHERE series_id = {sid:UInt64} AND minute >= {m0:Int64} AND minute < {m1:Int64} "
-                "GROUP BY minute UNION ALL "
-                + raw
-                + "((t >= {lo:Int64} AND t < {a:Int64} AND t / 1000 >= {start:Float64}) "
-                "OR (t >= {b:Int64} AND t <= {hi:Int64} AND t / 1000 <= {end:Float64}))"
+        pieces = []
+        dropped = raw_from is not None and raw_from > start
+        first_raw = start  # where raw samples are read from
+        if dropped:
+            assert raw_from is not None
+            cut = math.ceil(raw_from / MINUTE)  # the first minute whose raw samples are kept
+            params.update(o0=math.floor(start / MINUTE), o1=min(cut, math.floor(end / MINUTE) + 1))
+            pieces.append(
+                minute_rows + "minute >= {o0:Int64} AND minute < {o1:Int64} GROUP BY minute "
+                "HAVING mid >= {start:Float64} AND mid <= {end:Float64}"
             )
-        else:
-            inner = raw + (
-                "t >= {lo:Int64} AND t <= {hi:Int64} "
-                "AND t / 1000 >= {start:Float64} AND t / 1000 <= {end:Float64}"
+            first_raw = max(start, cut * MINUTE)
+        if first_raw <= end:
+            a = math.ceil(first_raw / MINUTE) * MINUTE
+            b = math.floor(end / MINUTE) * MINUTE
+            lo, hi = _ms_bounds(first_raw, end)
+            params.update(first=first_raw, lo=lo, hi=hi)
+            raw = (
+                "SELECT t / 1000 AS mid, t AS t0, t AS t1, toUInt64(1) AS n, value AS lo, "
+                f"value AS hi, toFloat64(value) AS s FROM {self._t['samples']} "
+                "WHERE series_id = {sid:UInt64} AND "
             )
+            if width >= MINUTE and a < b:
+                params.update(a=a * 1000, b=b * 1000, m0=a // MINUTE, m1=b // MINUTE)
+                pieces.append(
+                    minute_rows + "minute >= {m0:Int64} AND minute < {m1:Int64} GROUP BY minute"
+                )
+                pieces.append(
+                    raw + "((t >= {lo:Int64} AND t < {a:Int64} AND t / 1000 >= {first:Float64}) "
+                    "OR (t >= {b:Int64} AND t <= {hi:Int64} AND t / 1000 <= {end:Float64}))"
+                )
+            else:
+                pieces.append(
+                    raw + "t >= {lo:Int64} AND t <= {hi:Int64} "
+                    "AND t / 1000 >= {first:Float64} AND t / 1000 <= {end:Float64}"
+                )
+        bucket = "least(toInt64(floor((mid - {start:Float64}) / {width:Float64})), {last:Int64})"
         rows = self.transport.query(
             f"SELECT {bucket} AS b, min(t0), max(t1), sum(n), min(lo), max(hi), sum(s) "
-            f"FROM ({inner}) GROUP BY b ORDER BY b",
+            f"FROM ({' UNION ALL '.join(pieces)}) GROUP BY b ORDER BY b",
             params,
         )
-        if sum(int(r[3]) for r in rows) <= points:
+        if not dropped and sum(int(r[3]) for r in rows) <= points:
             ts, vs = self.read_samples(series_id, start, end)
             return None, list(zip(ts.tolist(), vs.tolist(), strict=True))
         return [
@@ -310,9 +353,9 @@ class BulkStore:
         ], None
 
     def latest(self, series_ids: Sequence[int]) -> dict[int, tuple[float, float]]:
-        """The newest sample ``(t, value)`` of each series that has one. Its cost grows with
-        the series' minutes (their rollups find each one's newest minute), never with their
-        samples: only the newest minute of each is read raw."""
+        """The newest sample ``(t, value)`` of each series that has one, from its newest minute
+        row (its last time and last value): whether or not its raw samples were dropped. Its
+        cost grows with the series' minutes, never with their samples."""
         if not series_ids:
             return {}
         newest = self.transport.query(
@@ -325,10 +368,11 @@ class BulkStore:
         params: dict[str, Any] = {}
         terms = []
         for i, (sid, minute) in enumerate(newest):
-            params[f"s{i}"], params[f"m{i}"] = int(sid), int(minute) * MINUTE * 1000
-            terms.append(f"(series_id = {{s{i}:UInt64}} AND t >= {{m{i}:Int64}})")
+            params[f"s{i}"], params[f"m{i}"] = int(sid), int(minute)
+            terms.append(f"(series_id = {{s{i}:UInt64}} AND minute = {{m{i}:Int64}})")
+        # the minute's rows not merged yet merge here: the newest time, its value
         rows = self.transport.query(
-            f"SELECT series_id, max(t), argMax(value, t) FROM {self._t['samples']} "
+            f"SELECT series_id, max(t_last), argMaxMerge(vlast) FROM {self._t['minutes']} "
             f"WHERE {' OR '.join(terms)} GROUP BY series_id",
             params,
         )
@@ -492,6 +536,56 @@ class BulkStore:
             {"trial": int(trial_id)},
         )
         return [str(r[0]) for r in rows]
+
+    # ------------------------------------------------------------------ raw retention
+    def raw_days_before(self, cutoff: float) -> tuple[list[str], dict[int, int]]:
+        """The daily partitions of raw samples wholly before ``cutoff`` (a time in s on a
+        day's start, UTC), by id (the day's number since the epoch), and how many of their
+        samples each series has. Samples of the epoch's first day (and before) are never
+        counted: their partition reaches back before 1970."""
+        rows = self.transport.query(
+            "SELECT series_id, count(), groupUniqArray(toString(intDiv(t, {day:Int64}))) "
+            f"FROM {self._t['samples']} WHERE t >= {{day:Int64}} AND t < {{cut:Int64}} "
+            "GROUP BY series_id",
+            {"day": DAY * 1000, "cut": int(cutoff) * 1000},
+        )
+        days: set[str] = set()
+        for r in rows:
+            days.update(str(d) for d in r[2])
+        return sorted(days, key=int), {int(r[0]): int(r[1]) for r in rows}
+
+    def partition_bytes(self, days: Sequence[str]) -> int:
+        """Bytes on disk of these daily partitions of raw samples (on a cluster, on the
+        node asked)."""
+        if not days:
+            return 0
+        rows = self.transport.query(
+            "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {db:String} "
+            "AND table = {table:String} AND active AND partition_id IN {days:Array(String)}",
+            {"db": self.transport.database, "table": self._local("samples"), "days": list(days)},
+        )
+        return int(rows[0][0] or 0) if rows else 0
+
+    def drop_days(self, days: Sequence[str]) -> None:
+        """Drop these daily partitions of raw samples (on a cluster, on every replica of
+        every shard); their minute rollups stay."""
+        on = f" ON CLUSTER {self.transport.cluster}" if self.transport.cluster else ""
+        table = f"{self.transport.database}.{self._local('samples')}"
+        for day in days:
+            self.transport.command(f"ALTER TABLE {table}{on} DROP PARTITION ID '{int(day)}'")
+
+    def series_with_minutes(self, first: float, end: float) -> list[int]:
+        """The series with minute rollups between ``first`` and ``end`` (times in s)."""
+        rows = self.transport.query(
+            f"SELECT DISTINCT series_id FROM {self._t['minutes']} "
+            "WHERE minute >= {m0:Int64} AND minute < {m1:Int64}",
+            {"m0": math.floor(first / MINUTE), "m1": math.ceil(end / MINUTE)},
+        )
+        return sorted(int(r[0]) for r in rows)
+
+    def _local(self, table: str) -> str:
+        """The table that holds the rows (on a cluster, each node's ``*_local``)."""
+        return f"{table}_local" if self.transport.cluster else table
 
     # ------------------------------------------------------------------ upkeep
     def optimize(self) -> None:

@@ -15,12 +15,18 @@ as measured on the 1 Hz mixes of ``make bench`` (bytes a sample of the column):
 * value: ``Gorilla, ZSTD(1)``: best of Gorilla, FPC, Delta and ZSTD alone over the mix as a
   whole (1.41 against 1.43 to 1.45; noisy floats cost about 3 bytes whichever).
 
-``minutes``: per series and minute, the count, min, max and sum of its samples and the times of
-its first and last one, kept by a materialized view from every insert into ``samples`` in the
-same insert (so rollups never lag, and a deduplicated insert adds to neither). Its columns are
-``SimpleAggregateFunction``s of an AggregatingMergeTree: parts merge by min, max and sum, so min
-and max stay exact whatever the order of inserts, and a read sums rows of one minute not merged
-yet (``GROUP BY minute``).
+``minutes``: per series and minute, the count, min, max and sum of its samples, the times of
+its first and last one and its last value, kept by a materialized view from every insert into
+``samples`` in the same insert (so rollups never lag, and a deduplicated insert adds to
+neither). Its columns are ``SimpleAggregateFunction``s of an AggregatingMergeTree: parts merge
+by min, max and sum, so min and max stay exact whatever the order of inserts, and a read sums
+rows of one minute not merged yet (``GROUP BY minute``). The last value (``vlast``, what
+``latest`` answers, also once the raw samples are dropped) is an ``argMax(value, t)`` state,
+merged with ``argMaxMerge``: the value of the newest sample whatever the order in which inserts
+arrived and parts merged (``anyLast`` would keep the last *inserted*, wrong for a spool
+replayed late). Merging a state with itself changes nothing, so :func:`migrate_last_value`
+adds it to a database made before it by rolling every raw sample up again into that column
+alone (the other columns' neutral values).
 
 Every table deduplicates inserts by ``insert_deduplication_token``: for MergeTree only with
 ``non_replicated_deduplication_window`` set (it is 0 by default), for ReplicatedMergeTree with
@@ -34,7 +40,7 @@ the same shards with the same token and is deduplicated there.
 
 from __future__ import annotations
 
-__all__ = ["DEDUP_WINDOW", "TABLES", "schema"]
+__all__ = ["DEDUP_WINDOW", "TABLES", "migrate_last_value", "schema"]
 
 DEDUP_WINDOW = 10_000
 """Insert blocks each table remembers the token (or the hash) of."""
@@ -56,7 +62,8 @@ _COLUMNS = {
     vmax SimpleAggregateFunction(max, Float32) CODEC(Gorilla, ZSTD(1)),
     vsum SimpleAggregateFunction(sum, Float64) CODEC(Gorilla, ZSTD(1)),
     t_first SimpleAggregateFunction(min, Int64) CODEC(Delta, ZSTD(1)),
-    t_last SimpleAggregateFunction(max, Int64) CODEC(Delta, ZSTD(1))""",
+    t_last SimpleAggregateFunction(max, Int64) CODEC(Delta, ZSTD(1)),
+    vlast AggregateFunction(argMax, Float32, Int64) CODEC(ZSTD(1))""",
     "events": """
     trial_id UInt64,
     t Float64,
@@ -94,7 +101,7 @@ _SHARD_BY = {
 
 _ROLLUP = """SELECT series_id, toInt64(floor(t / 60000)) AS minute, count() AS n,
     min(value) AS vmin, max(value) AS vmax, sum(toFloat64(value)) AS vsum,
-    min(t) AS t_first, max(t) AS t_last
+    min(t) AS t_first, max(t) AS t_last, argMaxState(value, t) AS vlast
 FROM {db}.{source}
 GROUP BY series_id, minute"""
 """What the view adds to ``minutes`` for each block inserted into ``samples``."""
@@ -133,4 +140,45 @@ def schema(database: str, cluster: str | None = None) -> list[str]:
                 f" AS {database}.{table}_local\n"
                 f"ENGINE = Distributed({cluster}, {database}, {table}_local, {_SHARD_BY[table]})"
             )
+    return out
+
+
+_BACKFILL = """INSERT INTO {db}.{target}
+    (series_id, minute, n, vmin, vmax, vsum, t_first, t_last, vlast)
+SELECT series_id, toInt64(floor(t / 60000)) AS minute, toUInt64(0), toFloat32(inf),
+    toFloat32(-inf), toFloat64(0), toInt64(9223372036854775807),
+    toInt64(-9223372036854775808), argMaxState(value, t)
+FROM {db}.{source}
+GROUP BY series_id, minute{settings}"""
+"""The last value of every minute that has raw samples, added as rows that change nothing
+else: a count and sum of 0, a min of +inf, a max of -inf, first and last times outside any."""
+
+
+def migrate_last_value(database: str, cluster: str | None = None) -> list[str]:
+    """The statements that add the minute rollups' last value (``vlast``) to a database made
+    before it: the column (on a cluster, to the local tables and to the Distributed one), the
+    view's query rolling it up from then on, then every raw sample's minute rolled up into it
+    alone. A sample inserted meanwhile is rolled up by the view, by the last statement or by
+    both: an ``argMax`` state merged with itself is unchanged. Minutes whose raw samples were
+    dropped before keep no last value (none is dropped before this migration: raw retention
+    came with it)."""
+    on = f" ON CLUSTER {cluster}" if cluster else ""
+    column = "vlast AggregateFunction(argMax, Float32, Int64) CODEC(ZSTD(1))"
+    tables = ["minutes_local", "minutes"] if cluster else ["minutes"]
+    out = [f"ALTER TABLE {database}.{t}{on} ADD COLUMN IF NOT EXISTS {column}" for t in tables]
+    source = "samples_local" if cluster else "samples"
+    out.append(
+        f"ALTER TABLE {database}.minutes_view{on} MODIFY QUERY "
+        + _ROLLUP.format(db=database, source=source)
+    )
+    # through the Distributed tables on a cluster: both shard by series, so each shard's
+    # raw samples roll up into its own minutes
+    out.append(
+        _BACKFILL.format(
+            db=database,
+            target="minutes",
+            source="samples",
+            settings="\nSETTINGS insert_distributed_sync = 1" if cluster else "",
+        )
+    )
     return out

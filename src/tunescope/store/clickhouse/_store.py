@@ -29,17 +29,18 @@ from typing import Any
 
 import numpy as np
 
-from tunescope.errors import ConfigError, Conflict, NotFound, Rejected
+from tunescope.errors import Conflict, NotFound, Rejected
 from tunescope.store._checks import check_row
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store, _Summary
 from tunescope.store._model import Event, Scalar, SeriesInfo, Window
 from tunescope.store.clickhouse import _url
-from tunescope.store.clickhouse._bulk import BulkStore
+from tunescope.store.clickhouse._bulk import DAY, BulkStore
 from tunescope.store.produce._batch import Batch
 from tunescope.store.sql._events import spread_bins
 from tunescope.store.sql._heal import retrying
 from tunescope.store.sql._pages import EventKey, ScalarKey
+from tunescope.store.sql._retention import RetentionReport
 from tunescope.store.sql._rows import ids_in, sql_int
 from tunescope.store.sql._sqlite import SQLiteStore
 from tunescope.store.sql._write import batch_digest
@@ -48,12 +49,6 @@ __all__ = ["PENDING", "ClickHouseBulk", "ClickHouseSQLiteStore", "open_clickhous
 
 PENDING = "pending:"
 """Prefix of the digest a batch id is recorded with while its bulk is being inserted."""
-
-
-_NO_RETENTION = (
-    "{url}: raw retention (compact --keep-raw) is not built for a store on ClickHouse yet; "
-    "its raw samples take about 1.4 bytes each"
-)
 
 
 class ClickHouseBulk:
@@ -70,6 +65,8 @@ class ClickHouseBulk:
     _finish_batch: Any
     _touch_series: Any
     _series_info: Any
+    _sql: Any
+    _rollup_state: Any
     list_series: Any
     owner: Any
 
@@ -161,7 +158,8 @@ class ClickHouseBulk:
         if not end > start:
             raise ValueError("a window needs end > start")
         info = self._series_info(series_id)
-        buckets, samples = self.bulk.window(series_id, start, end, points)
+        raw_from = self._rollup_state(series_id)[1]
+        buckets, samples = self.bulk.window(series_id, start, end, points, raw_from=raw_from)
         return Window(info, start, end, buckets=buckets, samples=samples)
 
     def latest(self, trial_id: int) -> list[tuple[SeriesInfo, float, float]]:
@@ -194,12 +192,69 @@ class ClickHouseBulk:
         return self.bulk.read_samples(series_id, start, end)
 
     # ------------------------------------------------------------------ raw retention
-    def drop_raw(self, before: float, *, dry_run: bool = False) -> Any:
-        """Refused, in one line: raw retention on ClickHouse is not built yet."""
-        raise ConfigError(_NO_RETENTION.format(url=self.url))
+    def drop_raw(self, before: float, *, dry_run: bool = False) -> RetentionReport:
+        """Drop the daily partitions of raw samples that ended by ``before`` rounded down to
+        the day's start (UTC): the samples of the day ``before`` falls in stay, so a store on
+        ClickHouse keeps up to a day more raw than asked, never less; the minute rollups stay
+        whole. ``dry_run``: change nothing, say what would go.
+
+        The series that lose samples are noted first (their ``raw_from``, in the SQL store, on
+        the cutoff; their trials' data generation raised), then the partitions dropped: a
+        reader in between reads the minute rows where raw samples still are, never raw
+        samples that are gone. A sample that reached those days meanwhile (a spool replayed
+        late) goes with them, its series noted after (its minute rows hold it)."""
+        cutoff = float(math.floor(before / DAY) * DAY)
+        days, counts = self.bulk.raw_days_before(cutoff)
+        report = RetentionReport(
+            cutoff,
+            len(days),
+            sum(counts.values()),
+            self.bulk.partition_bytes(days),
+            len(counts),
+            0,  # the minute rollups are kept by the view, in every insert: none to catch up
+            dry_run,
+            unit="days of raw samples",
+        )
+        if dry_run or not days:
+            return report
+        self._note_raw_from(sorted(counts), cutoff)
+        self.bulk.drop_days(days)
+        late = self.bulk.series_with_minutes(int(days[0]) * DAY, cutoff)
+        self._note_raw_from([sid for sid in late if sid not in counts], cutoff)
+        return report
+
+    @retrying
+    def _note_raw_from(self, sids: Sequence[int], cutoff: float) -> None:
+        """Note ``cutoff`` as the time before which these series have no raw sample (where
+        it is later than what was noted), raising their trials' data generation."""
+        if not sids:
+            return
+        with self._lock, self._tx(write=True) as cur:
+            behind = sorted(
+                ids_in(
+                    self._q,
+                    cur,
+                    "SELECT id FROM series WHERE id IN ({marks}) "
+                    f"AND (raw_from IS NULL OR raw_from < {cutoff!r})",
+                    sids,
+                )
+            )
+            cur.executemany(
+                self._sql("UPDATE series SET raw_from = ? WHERE id = ?"),
+                [(cutoff, sid) for sid in behind],
+            )
+            self._touch_series(cur, behind)  # what was raw is read from the rollups now
 
     def trials_with_raw_before(self, before: float) -> list[int]:
-        raise ConfigError(_NO_RETENTION.format(url=self.url))
+        """Trials whose raw samples :meth:`drop_raw` would drop, in part or all."""
+        _, counts = self.bulk.raw_days_before(float(math.floor(before / DAY) * DAY))
+        return self._trials_of(sorted(counts))
+
+    @retrying
+    def _trials_of(self, sids: Sequence[int]) -> list[int]:
+        with self._tx() as cur:
+            sql = "SELECT DISTINCT trial_id FROM series WHERE id IN ({marks})"
+            return sorted(ids_in(self._q, cur, sql, sids))
 
     # ------------------------------------------------------------------ events, scalars
     def add_events(self, events: Iterable[Event]) -> int:

@@ -33,7 +33,8 @@ __all__ = ["RetentionReport", "RollupsMixin"]
 class RetentionReport:
     """What :meth:`RollupsMixin.drop_raw` dropped (or, dry, would drop): raw chunks, the
     samples in them and their encoded bytes (samples and block summaries), in how many series;
-    and how many series it rolled up first (or would)."""
+    and how many series it rolled up first (or would). A store on ClickHouse drops daily
+    partitions instead of chunks: ``chunks`` counts them, ``unit`` says so."""
 
     cutoff: float
     chunks: int
@@ -42,6 +43,7 @@ class RetentionReport:
     series: int
     rolled_up: int
     dry_run: bool
+    unit: str = "raw chunks"
 
 
 class RollupsMixin:

@@ -9,7 +9,7 @@ may record into it.
 Failures answer in the one error shape: 401 ``unauthorized`` (no token, an unknown, revoked or
 expired one; with ``WWW-Authenticate: Bearer``), 403 ``forbidden`` (a read token that writes),
 429 ``too_many_attempts`` (after :data:`MAX_FAILURES` failed attempts with one token from one
-client within :data:`FAILURE_WINDOW_S`, for the rest of that window; with ``Retry-After``).
+client within :data:`FAILURE_WINDOW_S`, until fewer are left within it; with ``Retry-After``).
 Tokens are compared in constant time by the store (``store/sql/_tokens.py``).
 
 The rate limit never blocks a valid token. Failures are counted per (client address, first

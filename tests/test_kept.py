@@ -96,11 +96,11 @@ def test_a_server_remembers_a_bounded_number_of_tokens_and_clients() -> None:
     from tunescope.server import _auth
 
     failures = _auth._Failures()
-    now = time.monotonic()
-    for _ in range(_auth.MAX_FAILURES):
-        failures.note("192.0.2.1", now)
+    now, wall = time.monotonic(), time.time()
+    counted = [wall] * _auth.MAX_FAILURES  # as the store counts a pair's failures
+    failures.note("192.0.2.1", counted, now, wall)
     assert failures.blocked_for("192.0.2.1", now) > 0
     for i in range(_auth._CLIENTS_KEPT):
-        failures.note(f"10.0.{i // 256}.{i % 256}", now)
-    assert len(failures._seen) == _auth._CLIENTS_KEPT
+        failures.note(f"10.0.{i // 256}.{i % 256}", counted, now, wall)
+    assert len(failures._until) == _auth._CLIENTS_KEPT
     assert failures.blocked_for("192.0.2.1", now) == 0.0  # the least recent was forgotten

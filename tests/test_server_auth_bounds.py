@@ -138,10 +138,12 @@ def test_a_blocked_token_costs_the_store_nothing(
     for _ in range(MAX_FAILURES):
         assert team.local("/api/runs", "ts_revoked_in_a_spool").status_code == 401
     asked: list[str] = []
-    check = team.app.state.store.check_token
-    monkeypatch.setattr(team.app.state.store, "check_token", lambda s: asked.append(s) or check(s))
+    store = team.app.state.store
+    check, count = store.check_token, store.count_token_failure
+    monkeypatch.setattr(store, "check_token", lambda s: asked.append(s) or check(s))
+    monkeypatch.setattr(store, "count_token_failure", lambda *a: asked.append("count") or count(*a))
     assert team.local("/api/runs", "ts_revoked_in_a_spool").status_code == 429
-    assert asked == []
+    assert asked == []  # neither checked nor counted
     assert team.local("/api/runs", "vision-read").status_code == 200
     assert len(asked) == 1  # a valid token is checked as ever
 

@@ -9,7 +9,7 @@ may record into it.
 Failures answer in the one error shape: 401 ``unauthorized`` (no token, an unknown, revoked or
 expired one; with ``WWW-Authenticate: Bearer``), 403 ``forbidden`` (a read token that writes),
 429 ``too_many_attempts`` (after :data:`MAX_FAILURES` failed attempts with one token from one
-client within :data:`FAILURE_WINDOW_S`, for the rest of that window; with ``Retry-After``).
+client within :data:`FAILURE_WINDOW_S`, until fewer are left within it; with ``Retry-After``).
 Tokens are compared in constant time by the store (``store/sql/_tokens.py``).
 
 The rate limit never blocks a valid token. Failures are counted per (client address, first
@@ -19,13 +19,21 @@ token from the same address, a valid one included, is checked as usual. A token 
 bits, so the limit sheds load; it is not what stops guessing. The client address is the
 socket's peer; ``X-Forwarded-For`` is believed only from the proxies the app is told to trust
 (``tunescope serve --trusted-proxy``, none by default; see ``_app.py``).
+
+Servers on one store (replicas behind a proxy, see docs/scale.md) share the count: each failed
+attempt, which has asked the store already, is counted in it
+(``SQLStore.count_token_failure``), and the server that sees the pair's count within the
+window reach :data:`MAX_FAILURES` blocks the pair itself until the count would fall below it.
+Another server learns it at the pair's next failure there, so N servers let at most
+``MAX_FAILURES + N - 1`` failures of a pair reach the store within a window. A failure the
+store cannot count (an error) is answered 401 all the same and not counted.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +41,8 @@ from typing import Any, Literal
 from fastapi import Request
 
 from tunescope._kept import Kept
+from tunescope._once import Once
+from tunescope.errors import StoreError
 from tunescope.server._errors import ApiError
 from tunescope.store import token_digest as digest
 
@@ -52,6 +62,9 @@ __all__ = [
 ]
 
 Mode = Literal["local", "tokens"]
+
+log = logging.getLogger("tunescope.server")
+_once = Once(log)
 
 MAX_FAILURES = 10
 DIGEST_PREFIX = 12
@@ -92,26 +105,35 @@ def require_write(p: Principal) -> None:
 
 
 class _Failures:
-    """Failed attempts per client within a sliding window. Thread-safe."""
+    """The (client, token) pairs this server blocks, each until when (monotonic): those whose
+    failed attempts, as the store counted them for every server, reached the limit.
+    Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: Kept[str, deque[float]] = Kept(_CLIENTS_KEPT)
+        self._until: Kept[str, float] = Kept(_CLIENTS_KEPT)
 
     def blocked_for(self, client: str, now: float) -> float:
         with self._lock:
-            q = self._seen.get(client)
-            if not q:
+            until = self._until.get(client)
+            if until is None:
                 return 0.0
-            while q and now - q[0] > FAILURE_WINDOW_S:
-                q.popleft()
-            if len(q) >= MAX_FAILURES:
-                return FAILURE_WINDOW_S - (now - q[0])
-            return 0.0
+            if until <= now:
+                self._until.pop(client)
+                return 0.0
+            return until - now
 
-    def note(self, client: str, now: float) -> None:
-        with self._lock:
-            self._seen.setdefault(client, deque).append(now)
+    def note(self, client: str, times: list[float], now: float, wall: float) -> None:
+        """The pair's failed attempts within the window are at ``times`` (epoch s, oldest
+        first, as the store counted them): block it until fewer than :data:`MAX_FAILURES`
+        would be left, if that is later than ``wall`` (this server's epoch time, when
+        ``now`` on the monotonic clock)."""
+        if len(times) < MAX_FAILURES:
+            return
+        left = times[len(times) - MAX_FAILURES] + FAILURE_WINDOW_S - wall
+        if left > 0:
+            with self._lock:
+                self._until.put(client, now + left)
 
 
 class Authenticator:
@@ -173,9 +195,19 @@ class Authenticator:
             )
         info = self._checked(secret, now)
         if info is None:
-            self._failures.note(key, now)
+            self._count_failure(key, now)
             raise unauthorized("the token is unknown, revoked or expired")
         return Principal(info.project, info.scope, info.id)
+
+    def _count_failure(self, key: str, now: float) -> None:
+        """Count a failed attempt of pair ``key`` in the store, for every server on it, and
+        block the pair here when the count reached the limit."""
+        try:
+            times = self.store.count_token_failure(key, FAILURE_WINDOW_S)
+        except StoreError as exc:
+            _once("count-failure", "a failed token attempt was not counted: %s", exc)
+            return
+        self._failures.note(key, times, now, time.time())
 
 
 def client_address(request: Request) -> str:

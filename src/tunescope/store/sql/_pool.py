@@ -164,6 +164,7 @@ class PooledStore(Store):
     create_token = _pooled(SQLStore.create_token)
     list_tokens = _pooled(SQLStore.list_tokens)
     revoke_token = _pooled(SQLStore.revoke_token)
+    count_token_failure = _pooled(SQLStore.count_token_failure)
     # pages of events and scalars (see _pages.py)
     event_page = _pooled(SQLStore.event_page)
     scalar_page = _pooled(SQLStore.scalar_page)

@@ -237,16 +237,20 @@ class RollupsMixin:
         return self._rollup_state(series_id)[1]
 
     @retrying
-    def keep_findings(self, trial_id: int, data: str, t: float) -> None:
+    def keep_findings(self, trial_id: int, data: str, t: float) -> bool:
         """Keep a trial's findings (JSON, computed at ``t``) to answer after its raw samples
-        are dropped; replaces what was kept before."""
+        are dropped, unless some are kept already: the first kept stay (returns whether these
+        were kept). Two servers compacting one store at once may both compute a trial's
+        findings; the first to keep them kept them before any of its raw samples went, while
+        the other may have read what was left after."""
         with self._tx(write=True) as cur:
-            self._q(cur, "DELETE FROM kept_findings WHERE trial_id = ?", (int(trial_id),))
-            self._q(
+            kept: int = self._q(
                 cur,
-                "INSERT INTO kept_findings (trial_id, t, data) VALUES (?, ?, ?)",
+                "INSERT INTO kept_findings (trial_id, t, data) VALUES (?, ?, ?) "
+                "ON CONFLICT (trial_id) DO NOTHING",
                 (int(trial_id), t, data),
-            )
+            ).rowcount
+        return kept == 1
 
     @retrying
     def kept_findings(self, trial_id: int) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 Migration = tuple[str, ...] | Mapping[str, tuple[str, ...]]
 
@@ -217,6 +217,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE trials ALTER COLUMN exit_code TYPE BIGINT",
         ),
     },
+    # 12 (issue 23, servers as replicas on one store): failed token attempts, one row each
+    #    (the client and token they are counted under, see server/_auth.py, and when), so
+    #    that every `tunescope serve` on the store counts the same attempts and the rate
+    #    limit holds for the fleet, not per server; rows older than the limit's window are
+    #    deleted as new ones come (see store/sql/_tokens.py)
+    (
+        "CREATE TABLE token_failures (key TEXT NOT NULL, t {real} NOT NULL)",
+        "CREATE INDEX token_failures_by_key ON token_failures (key, t)",
+        "CREATE INDEX token_failures_by_time ON token_failures (t)",
+    ),
 )
 
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -5,6 +5,10 @@ bits); the database keeps only its SHA-256 digest, so a copy of the database giv
 A check looks the digest up and compares it in constant time (``hmac.compare_digest``); a
 revoked or expired token is refused like an unknown one. ``read`` views its project;
 ``write`` also records into it.
+
+Failed attempts are counted here too (:meth:`TokensMixin.count_token_failure`, table
+``token_failures``), so that every server on the store (``tunescope serve`` run as replicas
+behind a proxy) rate-limits the same count: see ``server/_auth.py``.
 """
 
 from __future__ import annotations
@@ -162,3 +166,22 @@ class TokensMixin:
             except StoreError:
                 pass  # a busy store: the last use is noted next time
         return info
+
+    @retrying
+    def count_token_failure(self, key: str, window: float) -> list[float]:
+        """Count one failed token attempt now under ``key`` (a client and a token: the
+        server's ``failure_key``), for every server on this store, and forget the attempts
+        older than ``window`` seconds (every key's: the table holds one window of them).
+        Returns the times (epoch s, oldest first) of ``key``'s attempts within the window,
+        this one included. Times are the callers' clocks: servers on one store keep theirs
+        in step (NTP)."""
+        now = time.time()
+        with self._tx(write=True) as cur:
+            self._q(cur, "DELETE FROM token_failures WHERE t <= ?", (now - window,))
+            self._q(cur, "INSERT INTO token_failures (key, t) VALUES (?, ?)", (str(key), now))
+            rows = self._q(
+                cur,
+                "SELECT t FROM token_failures WHERE key = ? AND t > ? ORDER BY t",
+                (str(key), now - window),
+            ).fetchall()
+        return [float(r[0]) for r in rows]

@@ -15,11 +15,11 @@ cannot carry (its end, state, error, exit code, last heartbeat) are set once its
 Memory is bounded by the batch size: a series is read in time slices of about that many
 samples, a trial's events likewise, its scalars one name at a time.
 
-Not copied: access tokens (a store keeps their digests only; ``tunescope token create`` on the
-target), usage figures kept per ended trial (computed again on the target by the first
-``tunescope usage`` or by ``tunescope compact``) and rollups of raw samples that
-``tunescope compact --keep-raw`` dropped (the samples are gone; such trials' counts differ and
-are listed).
+Access tokens are copied by the digest a store keeps of each (SQL stores, ClickHouse's
+metadata included): their clients keep working against the target. Not copied: usage
+figures kept per ended trial (computed again on the target by the first ``tunescope usage``
+or by ``tunescope compact``) and rollups of raw samples that ``tunescope compact --keep-raw``
+dropped (the samples are gone; such trials' counts differ and are listed).
 """
 
 from __future__ import annotations
@@ -117,10 +117,13 @@ def migrate(
         plan = _plan(src)
         dst = _open_target(dst_url, dry_run)
         try:
-            _refuse_other_data(plan, dst, dst_url)
+            tokens = _tokens(src)
+            _refuse_other_data(plan, tokens, dst, dst_url)
             if dry_run or dst is None:
                 return _dry_run(src, plan, dst_url, say)
-            say(f"copying {len(plan)} trial(s) from {display(src_url)} to {display(dst_url)}")
+            trials = sum(i.trial is not _NO_TRIAL for i in plan)
+            say(f"copying {trials} trial(s) from {display(src_url)} to {display(dst_url)}")
+            _copy_tokens(tokens, dst, say)
             for item in plan:
                 _copy_trial(src, dst, item, batch, say)
             return _verify(src, dst, plan, say)
@@ -170,13 +173,16 @@ _NO_TRIAL = TrialInfo(-1, -1, "", {}, "running", "", (), 0.0, None, None, None, 
 """Stands in the plan for a run without trials (copied as a run only)."""
 
 
-def _refuse_other_data(plan: list[Source], dst: Store | None, dst_url: str) -> None:
+def _refuse_other_data(
+    plan: list[Source], src_tokens: list[tuple[Any, str]], dst: Store | None, dst_url: str
+) -> None:
     """ConfigError, before anything is written, when the target holds a run of a source
     run's name (in its project) that this copy did not make: another start, or a trial
     whose key is not among the source run's. A trial key of the source found elsewhere in
     the target is refused too."""
     if dst is None:
         return
+    _refuse_other_tokens(src_tokens, dst, dst_url)
     by_run: dict[tuple[str, str], list[Source]] = {}
     for item in plan:
         by_run.setdefault((item.project, item.run.name), []).append(item)
@@ -207,6 +213,45 @@ def _refuse_other_data(plan: list[Source], dst: Store | None, dst_url: str) -> N
                     f"{display(dst_url)} already holds trial {item.label!r}'s key under "
                     f"another run or name: {fix}"
                 )
+
+
+def _tokens(st: Store) -> list[tuple[Any, str]]:
+    """The store's access tokens with their digests ([] for a store without: an HTTP one)."""
+    digests = getattr(st, "token_digests", None)
+    return [] if digests is None else list(digests())
+
+
+def _refuse_other_tokens(tokens: list[tuple[Any, str]], dst: Store, dst_url: str) -> None:
+    """ConfigError when the target has a token of a source token's project and name but
+    another digest (another token)."""
+    if not tokens or getattr(dst, "token_digests", None) is None:
+        return
+    there = {(info.project, info.name): d for info, d in _tokens(dst)}
+    for info, d in tokens:
+        if there.get((info.project, info.name), d) != d:
+            raise ConfigError(
+                f"{display(dst_url)} already holds another token named {info.name!r} in "
+                f"project {info.project!r}: migrate into an empty store, or into the one an "
+                "earlier migrate of this source made"
+            )
+
+
+def _copy_tokens(tokens: list[tuple[Any, str]], dst: Store, say: Say) -> None:
+    """Every access token, by its digest: its clients keep working against the target."""
+    if not tokens:
+        return
+    keep = getattr(dst, "keep_token", None)
+    if keep is None:
+        say(
+            f"{len(tokens)} access token(s) not copied: the target keeps none (make new ones "
+            "where its server's store is, with `tunescope token create`)"
+        )
+        return
+    added = sum(bool(keep(info, d)) for info, d in tokens)
+    say(
+        f"{len(tokens)} access token(s) copied by digest ({added} new): their clients keep "
+        "working against the target"
+    )
 
 
 # ---------------------------------------------------------------------- copying
@@ -411,6 +456,7 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
     the trials that do not."""
     rows, bad = [], []
     totals = [0, 0, 0]
+    dropped = 0
     for item in plan:
         if item.trial is _NO_TRIAL:
             continue
@@ -421,6 +467,7 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
         ok = got == have and same
         if not ok:
             bad.append(item.label)
+            dropped += _dropped(src, item.trial.id)
         totals = [totals[0] + have.samples, totals[1] + have.events, totals[2] + have.scalars]
         rows.append(
             [
@@ -438,8 +485,12 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
         f"{len(rows)} trial(s): {totals[0]:,} samples, {totals[1]:,} events, "
         f"{totals[2]:,} scalars counted in both stores (source / target where they differ)"
     )
-    for line in _not_copied(src):
-        say(line)
+    say(_NOT_COPIED)
+    if dropped:
+        say(
+            f"{dropped} series of them had raw samples dropped by `tunescope compact "
+            "--keep-raw` before this copy: their rollups count them, but are not copied"
+        )
     if bad:
         say(f"{len(bad)} trial(s) differ: {', '.join(bad)}")
         return 1
@@ -447,18 +498,18 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
     return 0
 
 
-def _not_copied(src: Store) -> list[str]:
-    lines = [
-        "usage figures kept per ended trial are not copied: the first `tunescope usage` "
-        "(or `tunescope compact`) on the target computes them again"
-    ]
-    list_tokens = getattr(src, "list_tokens", None)
-    if list_tokens is not None and list_tokens():
-        lines.append(
-            "access tokens are not copied (a store keeps only their digests): make new ones "
-            "on the target with `tunescope token create`"
-        )
-    return lines
+def _dropped(src: Store, tid: int) -> int:
+    """How many of a trial's series had raw samples dropped (SQL stores say so)."""
+    raw_from = getattr(src, "raw_from", None)
+    if raw_from is None:
+        return 0
+    return sum(raw_from(s.id) is not None for s in src.list_series(tid))
+
+
+_NOT_COPIED = (
+    "usage figures kept per ended trial are not copied: the first `tunescope usage` "
+    "(or `tunescope compact`) on the target computes them again"
+)
 
 
 def _dry_run(src: Store, plan: list[Source], dst_url: str, say: Say) -> int:

@@ -164,6 +164,8 @@ class PooledStore(Store):
     create_token = _pooled(SQLStore.create_token)
     list_tokens = _pooled(SQLStore.list_tokens)
     revoke_token = _pooled(SQLStore.revoke_token)
+    token_digests = _pooled(SQLStore.token_digests)
+    keep_token = _pooled(SQLStore.keep_token)
     # pages of events and scalars (see _pages.py)
     event_page = _pooled(SQLStore.event_page)
     scalar_page = _pooled(SQLStore.scalar_page)

@@ -293,3 +293,31 @@ def test_bad_input_is_one_line_and_writes_nothing(
     code, _, err = _migrate(src, str(dst), capsys, "--batch-size", "0")
     assert code == 2 and not dst.exists()
     assert os.path.exists(src)
+
+
+def test_a_source_changed_since_an_earlier_copy_is_refused(
+    source: tuple[str, dict[str, Any], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trial the source grew after a copy of it cannot be resent as the same batches:
+    refused in one line (never a second copy of its samples)."""
+    src = tmp_path / "src.db"
+    src.write_bytes(Path(source[0]).read_bytes())
+    dst = str(tmp_path / "dst.db")
+    assert _migrate(str(src), dst, capsys)[0] == 0
+    with open_store(str(src)) as st:
+        key = next(t.key for t in st.list_trials(st.get_run("rich").id) if t.name == "t-a")
+        st.write(Batch(key, host="node-0", samples=(("gpu.util", "0", "nvml", T0 + 0.001, 1.0),)))
+    before = _dump(dst)
+    code, _, err = _migrate(str(src), dst, capsys)
+    assert code == 2
+    _one_line(err, "rich/t-a: the target holds batch")
+    assert "the source changed since" in err
+    assert _dump(dst) == before
+
+
+def test_an_unreachable_target_is_one_line(
+    source: tuple[str, dict[str, Any], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _migrate(source[0], "postgresql://nobody@127.0.0.1:1/none", capsys)
+    assert code == 2
+    _one_line(err, "cannot open the target postgresql://nobody@127.0.0.1:1/none")

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from tunescope.cli import _format as fmt
-from tunescope.errors import ConfigError, NotFound, StoreError
+from tunescope.errors import ConfigError, Conflict, NotFound, StoreError
 from tunescope.store import (
     Batch,
     EventRow,
@@ -156,6 +156,8 @@ def _open_target(url: str, dry_run: bool) -> Store | None:
         if dry_run:
             return None
         raise
+    except StoreError as exc:
+        raise ConfigError(f"cannot open the target {display(url)}: {exc}") from None
 
 
 def _plan(src: Store) -> list[Source]:
@@ -334,8 +336,15 @@ class _Sender:
             where=batch.where,
         )
         tid = 0
-        for part in whole.split():
-            tid = self.dst.write(part)
+        try:
+            for part in whole.split():
+                tid = self.dst.write(part)
+        except Conflict:
+            raise ConfigError(
+                f"{self.label}: the target holds batch {bid!r} of an earlier copy with other "
+                "content: the source changed since (stop what writes to it, then copy into "
+                "an empty store)"
+            ) from None
         self.parts += 1
         if items:
             self.done += items

@@ -236,6 +236,7 @@ def test_counts_that_differ_list_the_trials_and_exit_1(
     *_, note, last = out.strip().splitlines()
     assert last.startswith("6 trial(s) differ: ") and "vision:synthetic-" in last, last
     assert "raw samples dropped by `tunescope compact --keep-raw`" in note
+    assert out.count(" counts differ\n") == 6
 
 
 def _one_line(err: str, needle: str) -> None:

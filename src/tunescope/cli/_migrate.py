@@ -265,7 +265,7 @@ def _copy_trial(src: Store, dst: Store, item: Source, batch: int, say: Say) -> N
         return
     have = _counts(src, t.id)
     there = _target_trial(dst, item.key)
-    if there is not None and _counts(dst, there.id) == have and _same_details(src, t, dst, there):
+    if there is not None and _counts(dst, there.id) == have and not _differing(src, t, dst, there):
         say(f"{item.label}: already copied ({have.items():,} item(s))")
         return
     writer = _Sender(dst, item.key, _spec(item), say, item.label, have.items())
@@ -444,16 +444,24 @@ def _counts(st: Store, tid: int) -> Counts:
     return Counts(len(series), samples, st.count_events(tid), scalars)
 
 
+_DETAILS = (
+    "name", "params", "state", "host", "pids", "start", "end", "heartbeat", "error",
+    "interval", "exit code", "hosts",
+)  # fmt: skip
+
+
 def _details(st: Store, t: TrialInfo) -> tuple[Any, ...]:
-    """What a copy keeps of a trial besides its data."""
+    """What a copy keeps of a trial besides its data, in :data:`_DETAILS` order."""
     return (
         t.name, t.params, t.state, t.host, tuple(sorted(t.pids)), t.start, t.end,
         t.heartbeat, t.error, t.interval, st.exit_code(t.id), st.hosts(t.id),
     )  # fmt: skip
 
 
-def _same_details(src: Store, a: TrialInfo, dst: Store, b: TrialInfo) -> bool:
-    return _details(src, a) == _details(dst, b)
+def _differing(src: Store, a: TrialInfo, dst: Store, b: TrialInfo) -> list[str]:
+    """The names of the details in which the trial's copy differs from it."""
+    pairs = zip(_DETAILS, _details(src, a), _details(dst, b), strict=True)
+    return [name for name, x, y in pairs if x != y]
 
 
 def _cell(a: int, b: int | None) -> str:
@@ -472,8 +480,11 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
         have = _counts(src, item.trial.id)
         there = _target_trial(dst, item.key)
         got = None if there is None else _counts(dst, there.id)
-        same = there is not None and _same_details(src, item.trial, dst, there)
-        ok = got == have and same
+        differ = [] if there is None else _differing(src, src.get_trial(item.trial.id), dst, there)
+        ok = got == have and not differ
+        check = "ok" if ok else f"{', '.join(differ) or 'counts'} differ"
+        if there is None:
+            check = "missing"
         if not ok:
             bad.append(item.label)
             dropped += _dropped(src, item.trial.id)
@@ -485,7 +496,7 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
                 _cell(have.samples, None if got is None else got.samples),
                 _cell(have.events, None if got is None else got.events),
                 _cell(have.scalars, None if got is None else got.scalars),
-                "ok" if ok else ("differs" if not same else "counts differ"),
+                check,
             ]
         )
     say("")

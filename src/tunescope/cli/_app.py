@@ -484,8 +484,8 @@ def migrate(
     it again after it stopped part way and it finishes the copy, duplicating nothing. Ends
     with each trial's counts on both sides: exit code 0 when all agree, 1 when some differ
     (listed), 2 for bad input (the same store twice, a source that cannot be read, a target
-    holding other data under a run's name). Tokens and kept usage figures are not copied.
-    See docs/scale.md#moving-a-store."""
+    holding other data under a run's name). Access tokens go by their digests; kept usage
+    figures are computed again on the target. See docs/scale.md#moving-a-store."""
     from tunescope.cli._migrate import migrate as copy_store
 
     raise typer.Exit(

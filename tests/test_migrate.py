@@ -160,6 +160,14 @@ def test_sqlite_to_clickhouse_and_back_keeps_everything(
     assert code == 0, (out, err)
     assert "every count agrees" in out and "counts differ" not in out
     assert "usage figures kept per ended trial are not copied" in out
+    last: dict[str, int] = {}
+    for line in out.splitlines():  # "  run/trial: 1,400 of 3,910 item(s)", a line a batch
+        if line.startswith("  ") and line.endswith(" item(s)"):
+            label, _, done = line.strip().rpartition(": ")
+            n = int(done.split(" of ")[0].replace(",", ""))
+            assert 0 < n - last.get(label, 0) <= 700, line  # never more than --batch-size
+            last[label] = n
+    assert last["rich/t-a"] == 3004 + 904 + 2
     assert _dump(chdb_url) == want
     assert "1 access token(s) copied by digest (1 new)" in out
     with open_store(chdb_url) as st:  # the token's clients keep working against the copy

@@ -440,6 +440,59 @@ def sync(
     raise typer.Exit(code)
 
 
+@app.command(cls=Command)
+def migrate(
+    from_url: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            metavar="URL",
+            help="The store to copy (read only; never changed).",
+            callback=check.not_empty,
+            show_default=False,
+        ),
+    ],
+    to_url: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            metavar="URL",
+            help="The store to copy into (created if missing): empty, or one an earlier "
+            "migrate of the same source wrote.",
+            callback=check.not_empty,
+            show_default=False,
+        ),
+    ],
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size",
+            metavar="N",
+            min=1,
+            help="Samples (or events, or scalars) per batch written; memory use follows it.",
+        ),
+    ] = 100_000,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Write nothing: check the target, list what would go."),
+    ] = False,
+) -> None:
+    """Copy a whole store into another: SQLite, PostgreSQL, ClickHouse, either way.
+
+    Example: tunescope migrate --from tunescope.db --to chdb:/data/ts. Projects, runs,
+    trials (details, states, ends), series, every sample, event and scalar. Resumable: run
+    it again after it stopped part way and it finishes the copy, duplicating nothing. Ends
+    with each trial's counts on both sides: exit code 0 when all agree, 1 when some differ
+    (listed), 2 for bad input (the same store twice, a source that cannot be read, a target
+    holding other data under a run's name). Access tokens go by their digests; kept usage
+    figures are computed again on the target. See docs/scale.md#moving-a-store."""
+    from tunescope.cli._migrate import migrate as copy_store
+
+    raise typer.Exit(
+        copy_store(from_url, to_url, batch=batch_size, dry_run=dry_run, say=typer.echo)
+    )
+
+
 _HEADLINE = (  # (metric, label, field prefix, unit suffix) of the trials' peak/mean pairs
     ("cpu.util", "CPU", "cpu_util", "pct"),
     ("cpu.mem", "RAM", "ram", "bytes"),

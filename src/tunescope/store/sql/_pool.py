@@ -165,6 +165,8 @@ class PooledStore(Store):
     list_tokens = _pooled(SQLStore.list_tokens)
     revoke_token = _pooled(SQLStore.revoke_token)
     count_token_failure = _pooled(SQLStore.count_token_failure)
+    token_digests = _pooled(SQLStore.token_digests)
+    keep_token = _pooled(SQLStore.keep_token)
     # pages of events and scalars (see _pages.py)
     event_page = _pooled(SQLStore.event_page)
     scalar_page = _pooled(SQLStore.scalar_page)

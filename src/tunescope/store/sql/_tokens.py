@@ -117,6 +117,40 @@ class TokensMixin:
             return [_info(r) for r in self._q(cur, stmt + " ORDER BY k.id", args).fetchall()]
 
     @retrying
+    def token_digests(self) -> list[tuple[TokenInfo, str]]:
+        """Every token, oldest first, with the digest it is stored as (a store holds no
+        secret): what a copy of the store (``tunescope migrate``) takes so that the clients
+        of its tokens keep working against the copy."""
+        with self._tx() as cur:
+            rows = self._q(cur, f"SELECT {_COLS}, k.digest FROM {_FROM} ORDER BY k.id").fetchall()
+        return [(_info(r[:-1]), str(r[-1])) for r in rows]
+
+    @retrying
+    def keep_token(self, info: TokenInfo, token_digest: str) -> bool:
+        """Store a token another store made (:meth:`token_digests`): its digest, project
+        (created if new), name, scope and times. False, changing nothing, when that digest is
+        here already (a copy run again); Conflict when the project has another token of the
+        name."""
+        if info.scope not in SCOPES:
+            raise ConfigError(f"scope must be read or write, not {info.scope!r}")
+        with self._tx(write=True) as cur:
+            if self._q(cur, "SELECT 1 FROM tokens WHERE digest = ?", (token_digest,)).fetchone():
+                return False
+            pid = self._project_id(cur, info.project, create=True)
+            if self._q(
+                cur, "SELECT 1 FROM tokens WHERE project_id = ? AND name = ?", (pid, info.name)
+            ).fetchone():
+                raise Conflict(f"project {info.project!r} already has a token named {info.name!r}")
+            self._q(
+                cur,
+                "INSERT INTO tokens (project_id, name, scope, digest, t_created, t_expires, "
+                "t_revoked, t_used) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (pid, info.name, info.scope, token_digest, info.created, info.expires,
+                 info.revoked, info.used),
+            )  # fmt: skip
+        return True
+
+    @retrying
     def revoke_token(self, token: int | str, project: str | None = None) -> TokenInfo:
         """Revoke a token by id, or by name within ``project``; NotFound otherwise. Revoking a
         revoked token changes nothing."""

@@ -1,0 +1,545 @@
+"""`tunescope migrate`: copy a whole store into another (SQLite, PostgreSQL, ClickHouse),
+resumably, and check the copy by counting both sides.
+
+Everything goes through the store contract. Each trial is written as batches
+(:meth:`~tunescope.store.Store.write`) whose ids are made from the trial's key and the batch's
+place (``migrate:<key>:<n>``) and whose content follows from the source alone (series in
+:meth:`~tunescope.store.Store.list_series` order, samples by time, then value; events and
+scalars likewise sorted), so a copy killed part way and run again sends the same batches: the
+target skips those it holds (exactly once, by batch id) and writes the rest. A trial whose
+counts and details already agree on both sides is not read again. The trial's details a batch
+cannot carry (its end, state, error, exit code, last heartbeat) are set once its data is in, by
+:meth:`~tunescope.store.Store.update_trial`; runs keep their start through
+:meth:`~tunescope.store.Store.ensure_run`.
+
+Memory is bounded by the batch size: a series is read in time slices of about that many
+samples, a trial's events likewise, its scalars one name at a time.
+
+Access tokens are copied by the digest a store keeps of each (SQL stores, ClickHouse's
+metadata included): their clients keep working against the target. Not copied: usage
+figures kept per ended trial (computed again on the target by the first ``tunescope usage``
+or by ``tunescope compact``) and rollups of raw samples that ``tunescope compact --keep-raw``
+dropped (the samples are gone; such trials' counts differ and are listed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tunescope.cli import _format as fmt
+from tunescope.errors import ConfigError, Conflict, NotFound, StoreError
+from tunescope.store import (
+    Batch,
+    EventRow,
+    RunInfo,
+    SampleRow,
+    ScalarRow,
+    Store,
+    TrialInfo,
+    TrialSpec,
+    check_url,
+    display,
+    file_id,
+    open_store,
+)
+
+__all__ = ["BATCH_ITEMS", "migrate"]
+
+BATCH_ITEMS = 100_000
+"""Samples (or events, or scalars) a batch carries by default: about 5 MB of JSON, well
+inside a server's limit (a batch past it is split, its parts' ids made from its own)."""
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What one side holds of a trial."""
+
+    series: int
+    samples: int
+    events: int
+    scalars: int
+
+    def items(self) -> int:
+        return self.samples + self.events + self.scalars
+
+
+@dataclass(frozen=True)
+class Source:
+    """A trial to copy: its project, run and record in the source."""
+
+    project: str
+    run: RunInfo
+    trial: TrialInfo
+
+    @property
+    def key(self) -> str:
+        """The trial's key in the target: its own, or (a trial recorded before keys) one
+        made from its place, the same every time."""
+        if self.trial.key:
+            return self.trial.key
+        made = f"{self.project}\0{self.run.name}\0{self.trial.name}".encode()
+        return hashlib.sha256(made).hexdigest()[:32]
+
+    @property
+    def label(self) -> str:
+        """How messages name the trial: ``[project:]run/trial``, printable."""
+        name = f"{self.run.name}/{self.trial.name}"
+        return fmt.printable(name if self.project == "default" else f"{self.project}:{name}")
+
+
+def migrate(
+    src_url: str, dst_url: str, *, batch: int = BATCH_ITEMS, dry_run: bool = False, say: Say
+) -> int:
+    """Copy the store at ``src_url`` into the one at ``dst_url``; the exit code: 0 when every
+    trial's counts agree on both sides, 1 when some do not (listed). ConfigError (exit 2, one
+    line, nothing written) for the same store twice, a source that cannot be read, or a
+    target that holds other data under a run's name."""
+    if batch < 1:
+        raise ConfigError(f"--batch-size {batch} must be at least 1")
+    src_url, dst_url = check_url(src_url), check_url(dst_url)
+    if _same_store(src_url, dst_url):
+        raise ConfigError(f"--from and --to name the same store ({display(src_url)})")
+    try:
+        src = open_store(src_url, create=False, readonly=True)
+    except StoreError as exc:
+        raise ConfigError(f"cannot read the source {display(src_url)}: {exc}") from None
+    with src:
+        plan = _plan(src)
+        dst = _open_target(dst_url, dry_run)
+        try:
+            tokens = _tokens(src)
+            _refuse_other_data(plan, tokens, dst, dst_url)
+            if dry_run or dst is None:
+                return _dry_run(src, plan, dst_url, say)
+            trials = sum(i.trial is not _NO_TRIAL for i in plan)
+            say(f"copying {trials} trial(s) from {display(src_url)} to {display(dst_url)}")
+            _copy_tokens(tokens, dst, say)
+            for item in plan:
+                _copy_trial(src, dst, item, batch, say)
+            return _verify(src, dst, plan, say)
+        finally:
+            if dst is not None:
+                dst.close()
+
+
+def _same_store(a: str, b: str) -> bool:
+    """Whether two URLs name one store: the same URL as shown, the same SQLite file, or the
+    same embedded ClickHouse folder and database."""
+    if display(a) == display(b):
+        return True
+    fa, fb = file_id(a), file_id(b)
+    if fa is not None and fa == fb:
+        return True
+    if a.startswith("chdb:") and b.startswith("chdb:"):
+        (pa, _, qa), (pb, _, qb) = (x[len("chdb:") :].partition("?") for x in (a, b))
+        ra, rb = (os.path.realpath(os.path.expanduser(x)) for x in (pa, pb))
+        return ra == rb and qa == qb
+    return False
+
+
+def _open_target(url: str, dry_run: bool) -> Store | None:
+    """The target, created where missing; for a dry run opened only if there (None when
+    not: an empty store)."""
+    try:
+        return open_store(url, create=not dry_run)
+    except NotFound:
+        if dry_run:
+            return None
+        raise
+    except StoreError as exc:
+        raise ConfigError(f"cannot open the target {display(url)}: {exc}") from None
+
+
+def _plan(src: Store) -> list[Source]:
+    """Every trial of every project, runs oldest first, trials in creation order."""
+    out: list[Source] = []
+    for project in src.list_projects():
+        for run in reversed(src.list_runs(project=project)):
+            out.extend(Source(project, run, t) for t in src.list_trials(run.id))
+            if not run.trials:
+                out.append(Source(project, run, _NO_TRIAL))
+    return out
+
+
+_NO_TRIAL = TrialInfo(-1, -1, "", {}, "running", "", (), 0.0, None, None, None, 1.0)
+"""Stands in the plan for a run without trials (copied as a run only)."""
+
+
+def _refuse_other_data(
+    plan: list[Source], src_tokens: list[tuple[Any, str]], dst: Store | None, dst_url: str
+) -> None:
+    """ConfigError, before anything is written, when the target holds a run of a source
+    run's name (in its project) that this copy did not make: another start, or a trial
+    whose key is not among the source run's. A trial key of the source found elsewhere in
+    the target is refused too."""
+    if dst is None:
+        return
+    _refuse_other_tokens(src_tokens, dst, dst_url)
+    by_run: dict[tuple[str, str], list[Source]] = {}
+    for item in plan:
+        by_run.setdefault((item.project, item.run.name), []).append(item)
+    for (project, name), items in by_run.items():
+        run = items[0].run
+        where = f"{display(dst_url)} already holds run {name!r} of project {project!r}"
+        fix = "migrate into an empty store, or into the one an earlier migrate of this source made"
+        try:
+            there = dst.get_run(name, project=project)
+        except NotFound:
+            there = None
+        keys = {i.key for i in items if i.trial is not _NO_TRIAL}
+        if there is not None:
+            if there.start != run.start:
+                raise ConfigError(f"{where}, started at another time: {fix}")
+            for t in dst.list_trials(there.id):
+                if t.key not in keys:
+                    raise ConfigError(f"{where} with trial {t.name!r} the source lacks: {fix}")
+        for item in items:
+            if item.trial is _NO_TRIAL:
+                continue
+            try:
+                found = dst.trial_by_key(item.key)
+            except NotFound:
+                continue
+            if there is None or found.run_id != there.id or found.name != item.trial.name:
+                raise ConfigError(
+                    f"{display(dst_url)} already holds trial {item.label!r}'s key under "
+                    f"another run or name: {fix}"
+                )
+
+
+def _tokens(st: Store) -> list[tuple[Any, str]]:
+    """The store's access tokens with their digests ([] for a store without: an HTTP one)."""
+    digests = getattr(st, "token_digests", None)
+    return [] if digests is None else list(digests())
+
+
+def _refuse_other_tokens(tokens: list[tuple[Any, str]], dst: Store, dst_url: str) -> None:
+    """ConfigError when the target has a token of a source token's project and name but
+    another digest (another token)."""
+    if not tokens or getattr(dst, "token_digests", None) is None:
+        return
+    there = {(info.project, info.name): d for info, d in _tokens(dst)}
+    for info, d in tokens:
+        if there.get((info.project, info.name), d) != d:
+            raise ConfigError(
+                f"{display(dst_url)} already holds another token named {info.name!r} in "
+                f"project {info.project!r}: migrate into an empty store, or into the one an "
+                "earlier migrate of this source made"
+            )
+
+
+def _copy_tokens(tokens: list[tuple[Any, str]], dst: Store, say: Say) -> None:
+    """Every access token, by its digest: its clients keep working against the target."""
+    if not tokens:
+        return
+    keep = getattr(dst, "keep_token", None)
+    if keep is None:
+        say(
+            f"{len(tokens)} access token(s) not copied: the target keeps none (make new ones "
+            "where its server's store is, with `tunescope token create`)"
+        )
+        return
+    added = sum(bool(keep(info, d)) for info, d in tokens)
+    say(
+        f"{len(tokens)} access token(s) copied by digest ({added} new): their clients keep "
+        "working against the target"
+    )
+
+
+# ---------------------------------------------------------------------- copying
+def _copy_trial(src: Store, dst: Store, item: Source, batch: int, say: Say) -> None:
+    run, t = item.run, item.trial
+    dst.ensure_run(run.name, run.start, project=item.project, os_user=run.os_user, host=run.host)
+    if t is _NO_TRIAL:
+        say(f"{fmt.printable(run.name)}: a run without trials, copied")
+        return
+    have = _counts(src, t.id)
+    there = _target_trial(dst, item.key)
+    if there is not None and _counts(dst, there.id) == have and not _differing(src, t, dst, there):
+        say(f"{item.label}: already copied ({have.items():,} item(s))")
+        return
+    writer = _Sender(dst, item.key, _spec(item), say, item.label, have.items())
+    hosts = src.hosts(t.id)
+    tid = writer.send(Batch(item.key, host=t.host, where=hosts.pop(t.host, None) or None))
+    for host, where in hosts.items():
+        if where:
+            writer.send(Batch(item.key, host=host, where=where))
+    series = src.list_series(t.id)
+    for s in series:  # every series, those without a sample too, each with its note
+        dst.series(tid, s.metric, s.device, s.note, s.host)
+    for host, rows in _sample_parts(src, series, batch):
+        writer.send(Batch(item.key, host=host, samples=tuple(rows)), len(rows))
+    for events in _event_parts(src, t, batch):
+        writer.send(Batch(item.key, host=t.host, events=tuple(events)), len(events))
+    for scalars in _scalar_parts(src, t.id, batch):
+        writer.send(Batch(item.key, host=t.host, scalars=tuple(scalars)), len(scalars))
+    dst.update_trial(
+        tid,
+        state="running" if t.state == "lost" else t.state,  # lost is read from the heartbeat
+        end=t.end,
+        error=t.error,
+        heartbeat=t.heartbeat,
+        exit_code=src.exit_code(t.id),
+        params=t.params,
+    )
+    say(f"{item.label}: copied ({writer.done:,} item(s) in {writer.parts} batch(es))")
+
+
+def _spec(item: Source) -> TrialSpec:
+    t = item.trial
+    return TrialSpec(
+        key=item.key,
+        run=item.run.name,
+        name=t.name,
+        params=t.params,
+        host=t.host,
+        pids=t.pids,
+        start=t.start,
+        interval=t.interval,
+        project=item.project,
+        os_user=item.run.os_user or "",
+    )
+
+
+class _Sender:
+    """Writes one trial's batches, numbered in order: ``migrate:<key>:<n>``, the same ids and
+    the same content every time the source is copied."""
+
+    def __init__(self, dst: Store, key: str, spec: TrialSpec, say: Say, label: str, total: int):
+        self.dst, self.key, self.spec, self.say = dst, key, spec, say
+        self.label, self.total = label, total
+        self.parts = 0
+        self.done = 0
+
+    def send(self, batch: Batch, items: int = 0) -> int:
+        bid = f"migrate:{self.key}:{self.parts}"
+        if len(bid) > 64:  # a key longer than batch ids allow: its digest
+            bid = "migrate:" + hashlib.sha256(bid.encode()).hexdigest()[:32]
+        whole = Batch(
+            self.key,
+            id=bid,
+            spec=self.spec,
+            samples=batch.samples,
+            events=batch.events,
+            scalars=batch.scalars,
+            host=batch.host,
+            where=batch.where,
+        )
+        tid = 0
+        try:
+            for part in whole.split():
+                tid = self.dst.write(part)
+        except Conflict:
+            raise ConfigError(
+                f"{self.label}: the target holds batch {bid!r} of an earlier copy with other "
+                "content: the source changed since (stop what writes to it, then copy into "
+                "an empty store)"
+            ) from None
+        self.parts += 1
+        if items:
+            self.done += items
+            self.say(f"  {self.label}: {self.done:,} of {self.total:,} item(s)")
+        return tid
+
+
+def _slices(lo: float, hi: float, n: int) -> Iterator[tuple[float, float]]:
+    """``n`` spans covering every time once: [edge_i, just before edge_i+1], the first from
+    -inf, the last to +inf."""
+    edges = np.linspace(lo, hi, n + 1) if n > 1 else np.array([lo, hi])
+    for i in range(n):
+        a = -math.inf if i == 0 else float(edges[i])
+        b = math.inf if i == n - 1 else float(np.nextafter(edges[i + 1], -np.inf))
+        yield a, b
+
+
+def _sample_parts(
+    src: Store, series: list[Any], batch: int
+) -> Iterator[tuple[str, list[SampleRow]]]:
+    """The samples of every series as (host, rows) of at most ``batch`` rows, one host each,
+    each series read in time slices of about ``batch`` samples."""
+    rows: list[SampleRow] = []
+    host: str | None = None
+    for s in series:
+        extent = src.series_extent(s.id)
+        if extent is None:
+            continue
+        if host is not None and s.host != host and rows:
+            yield host, rows
+            rows = []
+        host = s.host
+        first, last, count = extent
+        for a, b in _slices(first, last, max(1, math.ceil(count / batch))):
+            ts, vs = src.read_samples(s.id, a, b)
+            order = np.lexsort((vs, ts))  # ties in time (any order on ClickHouse) by value
+            for tt, vv in zip(ts[order].tolist(), vs[order].tolist(), strict=True):
+                rows.append((s.metric, s.device, s.note, tt, vv))
+                if len(rows) >= batch:
+                    yield host, rows
+                    rows = []
+    if rows and host is not None:
+        yield host, rows
+
+
+def _event_parts(src: Store, t: TrialInfo, batch: int) -> Iterator[list[EventRow]]:
+    """The trial's events in parts of at most ``batch``, read in time slices (an event in
+    the slice its start falls in), each sorted by time, then content."""
+    total = src.count_events(t.id)
+    if not total:
+        return
+    last = max(x for x in (t.start, t.end, t.heartbeat) if x is not None)
+    rows: list[EventRow] = []
+    for a, b in _slices(t.start, last, max(1, math.ceil(total / batch))):
+        got = [e for e in src.all_events(t.id, a, b) if a <= e.t <= b]
+        part = [(e.kind, e.t, e.name, e.step, e.duration, e.value, e.data) for e in got]
+        part.sort(key=lambda r: (r[1], json.dumps(r, sort_keys=True, default=repr)))
+        for r in part:
+            rows.append(r)
+            if len(rows) >= batch:
+                yield rows
+                rows = []
+    if rows:
+        yield rows
+
+
+def _scalar_parts(src: Store, tid: int, batch: int) -> Iterator[list[ScalarRow]]:
+    """The trial's scalars, one name at a time, in parts of at most ``batch``."""
+    rows: list[ScalarRow] = []
+    for name in src.scalar_names(tid):
+        got = [(s.name, s.step, s.t, s.value) for s in src.scalars(tid, name)]
+        got.sort(key=lambda r: (r[1] is not None, r[1] or 0, r[2], r[3]))
+        for r in got:
+            rows.append(r)
+            if len(rows) >= batch:
+                yield rows
+                rows = []
+    if rows:
+        yield rows
+
+
+# ---------------------------------------------------------------------- checking
+def _target_trial(dst: Store, key: str) -> TrialInfo | None:
+    try:
+        return dst.trial_by_key(key)
+    except NotFound:
+        return None
+
+
+def _counts(st: Store, tid: int) -> Counts:
+    series = st.list_series(tid)
+    samples = 0
+    for s in series:
+        extent = st.series_extent(s.id)
+        samples += 0 if extent is None else extent[2]
+    scalars = sum(len(st.scalars(tid, name)) for name in st.scalar_names(tid))
+    return Counts(len(series), samples, st.count_events(tid), scalars)
+
+
+_DETAILS = (
+    "name", "params", "state", "host", "pids", "start", "end", "heartbeat", "error",
+    "interval", "exit code", "hosts",
+)  # fmt: skip
+
+
+def _details(st: Store, t: TrialInfo) -> tuple[Any, ...]:
+    """What a copy keeps of a trial besides its data, in :data:`_DETAILS` order."""
+    return (
+        t.name, t.params, t.state, t.host, tuple(sorted(t.pids)), t.start, t.end,
+        t.heartbeat, t.error, t.interval, st.exit_code(t.id), st.hosts(t.id),
+    )  # fmt: skip
+
+
+def _differing(src: Store, a: TrialInfo, dst: Store, b: TrialInfo) -> list[str]:
+    """The names of the details in which the trial's copy differs from it."""
+    pairs = zip(_DETAILS, _details(src, a), _details(dst, b), strict=True)
+    return [name for name, x, y in pairs if x != y]
+
+
+def _cell(a: int, b: int | None) -> str:
+    return f"{a:,}" if a == b else f"{a:,} / {'-' if b is None else f'{b:,}'}"
+
+
+def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
+    """Count every trial on both sides and print the table; 0 when all agree, else 1 and
+    the trials that do not."""
+    rows, bad = [], []
+    totals = [0, 0, 0]
+    dropped = 0
+    for item in plan:
+        if item.trial is _NO_TRIAL:
+            continue
+        have = _counts(src, item.trial.id)
+        there = _target_trial(dst, item.key)
+        got = None if there is None else _counts(dst, there.id)
+        differ = [] if there is None else _differing(src, src.get_trial(item.trial.id), dst, there)
+        ok = got == have and not differ
+        check = "ok" if ok else f"{', '.join(differ) or 'counts'} differ"
+        if there is None:
+            check = "missing"
+        if not ok:
+            bad.append(item.label)
+            dropped += _dropped(src, item.trial.id)
+        totals = [totals[0] + have.samples, totals[1] + have.events, totals[2] + have.scalars]
+        rows.append(
+            [
+                item.label,
+                _cell(have.series, None if got is None else got.series),
+                _cell(have.samples, None if got is None else got.samples),
+                _cell(have.events, None if got is None else got.events),
+                _cell(have.scalars, None if got is None else got.scalars),
+                check,
+            ]
+        )
+    say("")
+    say(fmt.table(["trial", "series", "samples", "events", "scalars", "check"], rows))
+    say(
+        f"{len(rows)} trial(s): {totals[0]:,} samples, {totals[1]:,} events, "
+        f"{totals[2]:,} scalars counted in both stores (source / target where they differ)"
+    )
+    say(_NOT_COPIED)
+    if dropped:
+        say(
+            f"{dropped} series of them had raw samples dropped by `tunescope compact "
+            "--keep-raw` before this copy: their rollups count them, but are not copied"
+        )
+    if bad:
+        say(f"{len(bad)} trial(s) differ: {', '.join(bad)}")
+        return 1
+    say("every count agrees")
+    return 0
+
+
+def _dropped(src: Store, tid: int) -> int:
+    """How many of a trial's series had raw samples dropped (SQL stores say so)."""
+    raw_from = getattr(src, "raw_from", None)
+    if raw_from is None:
+        return 0
+    return sum(raw_from(s.id) is not None for s in src.list_series(tid))
+
+
+_NOT_COPIED = (
+    "usage figures kept per ended trial are not copied: the first `tunescope usage` "
+    "(or `tunescope compact`) on the target computes them again"
+)
+
+
+def _dry_run(src: Store, plan: list[Source], dst_url: str, say: Say) -> int:
+    items = [i for i in plan if i.trial is not _NO_TRIAL]
+    counts = [_counts(src, i.trial.id) for i in items]
+    rows = [
+        [i.label, *(f"{n:,}" for n in (c.series, c.samples, c.events, c.scalars))]
+        for i, c in zip(items, counts, strict=True)
+    ]
+    say(fmt.table(["trial", "series", "samples", "events", "scalars"], rows))
+    total = sum(c.items() for c in counts)
+    say(f"dry run: would copy {len(items)} trial(s), {total:,} item(s), to {display(dst_url)}")
+    return 0

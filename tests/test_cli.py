@@ -15,28 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli, one_line_error
 from store_helpers import damage_chunk
 from tunescope.store import CHUNK_SAMPLES, Event, open_store
 from tunescope.store.sql._schema import SCHEMA_VERSION
-
-
-def cli(
-    *args: str, cwd: Path | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout,
-    )
-
-
-def _one_line_error(p: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tunescope: error: "), p.stderr
-    assert needle in lines[0]
 
 
 @pytest.mark.parametrize(
@@ -57,7 +39,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     tmp_path: Path, args: list[str], needle: str
 ) -> None:
     p = cli(*args, cwd=tmp_path)
-    _one_line_error(p, needle)
+    one_line_error(p, needle)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -65,7 +47,7 @@ def test_corrupt_and_newer_databases_are_refused_untouched(tmp_path: Path) -> No
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"\x00garbage" * 512)
     p = cli("runs", "--store", str(bad))
-    _one_line_error(p, "not a tunescope database or is corrupt")
+    one_line_error(p, "not a tunescope database or is corrupt")
     assert bad.read_bytes() == b"\x00garbage" * 512
     newer = tmp_path / "newer.db"
     open_store(newer).close()
@@ -76,7 +58,7 @@ def test_corrupt_and_newer_databases_are_refused_untouched(tmp_path: Path) -> No
     conn.commit()
     conn.close()
     p = cli("run", "--store", str(newer), "--", "true")
-    _one_line_error(p, "newer than this tunescope understands")
+    one_line_error(p, "newer than this tunescope understands")
     with sqlite3.connect(newer) as conn:
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
 
@@ -151,7 +133,7 @@ def test_names_with_control_characters_print_as_escapes(tmp_path: Path) -> None:
     assert "params: note=a\\x1b]0;pwned\\x07b" in report.stdout
     # an error message that quotes a name as it was given
     bad = cli("runs", "--store", str(tmp_path / "gone\x1b[2J" / "x.db"))
-    _one_line_error(bad, "gone\\x1b[2J")
+    one_line_error(bad, "gone\\x1b[2J")
     clean(bad.stderr)
 
 
@@ -308,7 +290,7 @@ def test_run_records_a_command_and_passes_its_exit_code(tmp_path: Path) -> None:
         cpu = st.list_series(good.id, "cpu.util")[0]
         assert st.read_samples(cpu.id)[1].max() > 10
     again = cli("run", "--store", str(db), "--run", "r", "--trial", "good", "--", "true")
-    _one_line_error(again, "already has a trial named 'good'")
+    one_line_error(again, "already has a trial named 'good'")
 
     runs = cli("runs", "--store", str(db))
     assert runs.returncode == 0 and "r" in runs.stdout and "failed" in runs.stdout
@@ -339,7 +321,7 @@ def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path) -> Non
         taken.listen(1)
         port = taken.getsockname()[1]
         p = cli("ui", "--store", str(db), "--port", str(port))
-    _one_line_error(p, f"cannot listen on 127.0.0.1:{port}")
+    one_line_error(p, f"cannot listen on 127.0.0.1:{port}")
     assert p.stdout == ""  # no "Open http://…" for a page that never came up
 
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli, one_line_error
 from conftest import PG_URL
 from tunescope.store import open_store
 from tunescope.store.sql._schema import SCHEMA_VERSION
@@ -365,18 +364,8 @@ def _tree(root: Path) -> dict[str, bytes | None]:
     }
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("TUNESCOPE_STORE", None)
-    return env
-
-
-def _assert_one_line_error(p: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-    lines = p.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tunescope: error: "), p.stderr[-2000:]
-    assert needle in lines[0], lines[0][:2000]
-    assert p.stdout == ""
+# the store comes from the arguments only, never from the environment the tests run in
+NO_STORE = ("TUNESCOPE_STORE",)
 
 
 @pytest.mark.parametrize(("args", "needle"), [pytest.param(a, n, id=i) for i, a, n in CASES])
@@ -394,15 +383,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
         "{none}": str(tmp_path / "none.db"),
     }
     before = _tree(tmp_path)
-    p = subprocess.run(
-        [sys.executable, "-m", "tunescope", *(places.get(a, a) for a in args)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=_env(),
-        timeout=60,
-    )
-    _assert_one_line_error(p, needle)
+    p = cli(*(places.get(a, a) for a in args), cwd=tmp_path, drop=NO_STORE)
+    one_line_error(p, needle)
     assert _tree(tmp_path) == before
 
 
@@ -426,29 +408,15 @@ def test_read_commands_leave_a_good_store_byte_for_byte(
     (no -wal or -shm file left beside the database)."""
     (tmp_path / "s.db").write_bytes(stores["s.db"])
     before = _tree(tmp_path)
-    p = subprocess.run(
-        [sys.executable, "-m", "tunescope", *args, "--store", str(tmp_path / "s.db")],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=_env(),
-        timeout=60,
-    )
+    p = cli(*args, "--store", str(tmp_path / "s.db"), cwd=tmp_path, drop=NO_STORE)
     assert p.returncode == 0, p.stderr
     assert p.stdout and p.stderr == ""
     assert _tree(tmp_path) == before
 
 
 def test_a_bad_store_url_in_the_environment_is_one_line_too(tmp_path: Path) -> None:
-    p = subprocess.run(
-        [sys.executable, "-m", "tunescope", "runs"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**_env(), "TUNESCOPE_STORE": "mysql://db"},
-        timeout=60,
-    )
-    _assert_one_line_error(p, "unknown store URL 'mysql://db'")
+    p = cli("runs", cwd=tmp_path, env={"TUNESCOPE_STORE": "mysql://db"})
+    one_line_error(p, "unknown store URL 'mysql://db'")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -464,9 +432,7 @@ def test_a_bad_store_url_in_the_environment_is_one_line_too(tmp_path: Path) -> N
     ],
 )
 def test_help_still_succeeds(args: list[str]) -> None:
-    p = subprocess.run(
-        [sys.executable, "-m", "tunescope", *args], capture_output=True, text=True, timeout=60
-    )
+    p = cli(*args)
     assert p.returncode == 0, p.stderr
     usage = " ".join(["Usage: tunescope", *(a for a in args if not a.startswith("-"))])
     assert p.stdout.lstrip().startswith(f"{usage} "), p.stdout[:300]
@@ -510,15 +476,8 @@ def test_read_commands_create_no_store_on_any_backend(
     # test opens the store from a second one (a ClickHouse server would run it)
     work = tmp_path / "work"
     work.mkdir()
-    p = subprocess.run(
-        [sys.executable, "-m", "tunescope", *args, "--store", sql_store_url],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=_env(),
-        timeout=60,
-    )
-    _assert_one_line_error(p, "store at")
+    p = cli(*args, "--store", sql_store_url, cwd=work, drop=NO_STORE)
+    one_line_error(p, "store at")
     assert list(work.iterdir()) == []
     if sql_store_url.startswith("postgresql://"):
         import psycopg

@@ -6,7 +6,6 @@ findings as they were, and loses nothing of what another process writes meanwhil
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from api_helpers import app_over, request
+from cli_helpers import cli
 from fault_helpers import wait_for
 from tunescope.analyze import findings_for_trial, to_dict
 from tunescope.store import SQLStore, Store, open_store
@@ -42,16 +42,10 @@ def _trial(st: Store, run: str, t0: float, n: int, finished: bool = True) -> dic
     return ids
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("TUNESCOPE_STORE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+# compacting a month of samples is slow on a loaded machine; the store is the one given, never
+# one from the environment the tests run in
+SLOW = 300.0
+NO_STORE = ("TUNESCOPE_STORE",)
 
 
 def _totals(st: Store, sid: int, lo: float, hi: float) -> tuple[int, float, float, float]:
@@ -89,7 +83,16 @@ def test_compact_dry_run_then_drops_and_keeps_what_readers_see(
         gone = [c for sid in old.values() for c in st._chunk_summaries(sid, -np.inf, np.inf)]
         chunks = _chunks(st)
 
-    dry = _cli("compact", "--keep-raw", "30d", "--dry-run", "--store", sql_store_url)
+    dry = cli(
+        "compact",
+        "--keep-raw",
+        "30d",
+        "--dry-run",
+        "--store",
+        sql_store_url,
+        timeout=SLOW,
+        drop=NO_STORE,
+    )
     assert dry.returncode == 0, dry.stderr
     samples = 3 * 3600
     assert dry.stdout.startswith(f"would drop {len(gone)} raw chunks ({samples} samples, ")
@@ -98,7 +101,7 @@ def test_compact_dry_run_then_drops_and_keeps_what_readers_see(
         assert isinstance(st, SQLStore)
         assert _chunks(st) == chunks and st.kept_findings(old_trial) is None
 
-    p = _cli("compact", "--keep-raw", "30d", "--store", sql_store_url)
+    p = cli("compact", "--keep-raw", "30d", "--store", sql_store_url, timeout=SLOW, drop=NO_STORE)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"dropped {len(gone)} raw chunks ({samples} samples, ")
     with open_store(sql_store_url) as st:
@@ -112,12 +115,20 @@ def test_compact_dry_run_then_drops_and_keeps_what_readers_see(
         assert to_dict(findings_for_trial(st, old_trial)) == found
         for sid in new.values():  # inside --keep-raw: untouched
             assert st.read_samples(sid)[0].size == 600 and st.raw_from(sid) is None
-    exported = _cli("export", "old", "--store", sql_store_url)  # the raw kept, the rest said
+    # the raw kept, the rest said
+    exported = cli("export", "old", "--store", sql_store_url, timeout=SLOW, drop=NO_STORE)
     assert exported.returncode == 0 and exported.stdout.splitlines()[1:] == []
     warned = exported.stderr.splitlines()
     assert len(warned) == 3 and all("were dropped by compaction" in w for w in warned)
-    assert _cli("export", "new", "--store", sql_store_url).stdout.count("\n") == 1 + 3 * 600
-    again = _cli("compact", "--keep-raw", "30d", "--store", sql_store_url)
+    assert (
+        cli("export", "new", "--store", sql_store_url, timeout=SLOW, drop=NO_STORE).stdout.count(
+            "\n"
+        )
+        == 1 + 3 * 600
+    )
+    again = cli(
+        "compact", "--keep-raw", "30d", "--store", sql_store_url, timeout=SLOW, drop=NO_STORE
+    )
     assert again.returncode == 0 and again.stdout.startswith("dropped 0 raw chunks (0 samples")
 
 
@@ -158,7 +169,9 @@ def test_compact_while_another_process_writes_loses_nothing(
     try:
         assert writer.stdout is not None
         assert writer.stdout.readline().strip() == "ready"
-        p = _cli("compact", "--keep-raw", "30d", "--store", sql_store_url)
+        p = cli(
+            "compact", "--keep-raw", "30d", "--store", sql_store_url, timeout=SLOW, drop=NO_STORE
+        )
         stop.touch()
         out, _ = writer.communicate(timeout=120)
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,21 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cli_helpers import cli
 from tunescope.store import Store, open_store
 
 T0 = 1_700_000_000.0
 GIB = 1024.0**3
 H100 = 81559 * 1024.0**2
-
-
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 def _put(st: Store, tid: int, metric: str, values: Any, device: str | None = None) -> None:

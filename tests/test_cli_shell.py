@@ -12,16 +12,7 @@ from pathlib import Path
 import pytest
 
 import tunescope
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=None if env is None else dict(os.environ, **env),
-    )
+from cli_helpers import cli
 
 
 def test_version_prints_the_package_version() -> None:

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli
 from fault_helpers import SqliteLock
 from tunescope.store import Batch, TrialSpec, Writer, new_key, open_store
 
 T0 = 1_700_000_000.0
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
 
 
 def _spooled(url: str, spool: Path, n: int) -> TrialSpec:
@@ -41,7 +29,7 @@ def _spooled(url: str, spool: Path, n: int) -> TrialSpec:
 
 def test_runs_says_what_waits_and_sync_writes_it_once(sqlite_url: str, spool: Path) -> None:
     spec = _spooled(sqlite_url, spool, 30)
-    env = dict(os.environ, TUNESCOPE_SPOOL=str(spool))
+    env = {"TUNESCOPE_SPOOL": str(spool)}
     before = cli("runs", "--store", sqlite_url, env=env)
     assert before.returncode == 0
     assert before.stdout.strip() == "no runs yet"  # nothing reached the store yet
@@ -64,7 +52,7 @@ def test_sync_with_the_store_still_away_keeps_everything_and_exits_1(
     sqlite_url: str, spool: Path
 ) -> None:
     _spooled(sqlite_url, spool, 5)
-    env = dict(os.environ, TUNESCOPE_SPOOL=str(spool))
+    env = {"TUNESCOPE_SPOOL": str(spool)}
     with SqliteLock(sqlite_url):
         away = cli("sync", "--store", sqlite_url, "--timeout", "8", env=env)
     assert away.returncode == 1, away.stderr
@@ -101,7 +89,7 @@ def test_a_damaged_frame_costs_that_frame_and_sync_says_so(
     else:
         del raw[mid + 12 : starts[6]]
     path.write_bytes(bytes(raw))
-    env = dict(os.environ, TUNESCOPE_SPOOL=str(spool))
+    env = {"TUNESCOPE_SPOOL": str(spool)}
     done = cli("sync", "--store", sqlite_url, env=env)
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "1 damaged frame(s) could not be read" in done.stdout
@@ -122,7 +110,7 @@ def test_runs_says_the_token_was_refused(sqlite_url: str, spool: Path) -> None:
 
     _spooled(sqlite_url, spool, 2)
     note_refused(spool_dir(sqlite_url, spool), "http://x/p refused the token: unauthorized")
-    env = dict(os.environ, TUNESCOPE_SPOOL=str(spool))
+    env = {"TUNESCOPE_SPOOL": str(spool)}
     runs = cli("runs", "--store", sqlite_url, env=env)
     (note,) = runs.stderr.strip().splitlines()
     assert "the store refused the token" in note and "$TUNESCOPE_TOKEN" in note

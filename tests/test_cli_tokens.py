@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli, one_line_error
 from tunescope.store import open_store
 from tunescope.store.sql._sql import SQLStore
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args], capture_output=True, text=True, timeout=120
-    )
 
 
 def test_create_list_revoke(tmp_path: Path) -> None:
@@ -54,10 +47,7 @@ def test_bad_token_requests_are_one_line(tmp_path: Path) -> None:
         (["revoke", "nope", "--project", "p"], "no token 'nope'"),
         (["revoke", "999"], "no token 999"),
     ):
-        p = cli("token", *args, "--store", db)
-        assert p.returncode == 2, (args, p.stderr)
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and needle in lines[0], (args, p.stderr)
+        one_line_error(cli("token", *args, "--store", db), needle)
     served = cli("token", "list", "--store", "http://127.0.0.1:9/p")
     assert served.returncode == 2 and "server's database" in served.stderr
     missing = cli("token", "list", "--store", str(tmp_path / "none.db"))

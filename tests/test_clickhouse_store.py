@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
+from cli_helpers import cli, one_line_error
 from clickhouse_helpers import chdb_engine, engine_folder, fresh_url
 from conftest import PG_URL, pg_schema
 from tunescope.errors import ConfigError, Conflict, StoreUnavailable
@@ -180,16 +181,9 @@ def test_read_commands_on_an_unreachable_clickhouse_fail_in_one_line(
     finally:
         _drop(url.rpartition("database=")[2])
     away = "clickhouse://u@127.0.0.1:9/db?meta=" + quote(str(meta), safe="")  # discard port
-    p = subprocess.run(
-        [sys.executable, "-m", "tunescope", *command, "--store", away],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TUNESCOPE_CLICKHOUSE_PASSWORD": "s3cret-pw"},
-    )
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tunescope: error: clickhouse://u@127.0.0.1:9/")
+    p = cli(*command, "--store", away, env={"TUNESCOPE_CLICKHOUSE_PASSWORD": "s3cret-pw"})
+    line = one_line_error(p, "clickhouse://u@127.0.0.1:9/")
+    assert line.startswith("tunescope: error: clickhouse://u@127.0.0.1:9/")
     assert "s3cret-pw" not in p.stderr and "Traceback" not in p.stderr
 
 
@@ -210,9 +204,9 @@ def test_a_folder_another_process_holds_is_one_line_that_names_it(tmp_path: Path
     holder is gone, the command runs."""
     folder = tmp_path / "engine"  # not this test process's engine folder
     url = f"chdb:{folder}?meta=" + quote(str(tmp_path / "meta.db"), safe="")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    path = {"PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, **path}
     env.pop("TUNESCOPE_STORE", None)
-    cmd = [sys.executable, "-m", "tunescope", "runs", "--store", url]
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, url],
         stdin=subprocess.PIPE,
@@ -222,12 +216,11 @@ def test_a_folder_another_process_holds_is_one_line_that_names_it(tmp_path: Path
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-        assert p.returncode == 2 and p.stdout == ""
-        assert p.stderr.count("\n") == 1, p.stderr  # one line, nothing from chdb
-        assert f"held by another process (pid {holder.pid})" in p.stderr
-        assert p.stderr.startswith(f"tunescope: error: cannot open chdb:{folder}")
-        assert "use a ClickHouse server" in p.stderr
+        p = cli("runs", "--store", url, env=path, drop=("TUNESCOPE_STORE",))
+        # one line, nothing from chdb
+        line = one_line_error(p, f"held by another process (pid {holder.pid})")
+        assert line.startswith(f"tunescope: error: cannot open chdb:{folder}")
+        assert "use a ClickHouse server" in line
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
@@ -235,5 +228,5 @@ def test_a_folder_another_process_holds_is_one_line_that_names_it(tmp_path: Path
         assert holder.stdout is not None
         holder.stdout.close()
     assert holder.returncode == 0
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    p = cli("runs", "--store", url, env=path, drop=("TUNESCOPE_STORE",))
     assert p.returncode == 0, p.stderr

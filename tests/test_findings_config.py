@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import httpx
 import pytest
 
 from api_helpers import request
+from cli_helpers import cli, one_line_error
 from tunescope.analyze import FindingSettings, findings_for_trial, load_settings
 from tunescope.errors import ConfigError
 from tunescope.server import create_app
@@ -65,14 +64,7 @@ def _pyproject(folder: Path, body: str) -> Path:
 
 
 def _report(url: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", "report", "near", "--format", "json", "--store", url],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **env},
-        timeout=120,
-    )
+    return cli("report", "near", "--format", "json", "--store", url, cwd=cwd, env=env)
 
 
 def _severity(p: subprocess.CompletedProcess[str]) -> tuple[list[str], dict[str, object]]:
@@ -102,13 +94,7 @@ def test_a_pyproject_threshold_flips_a_real_finding(
         "default": 20.0,
         "source": f"{pyproject.resolve()} [tool.tunescope.findings]",
     }
-    text = subprocess.run(
-        [sys.executable, "-m", "tunescope", "report", "near", "--store", url],
-        capture_output=True,
-        text=True,
-        cwd=sub,
-        timeout=120,
-    )
+    text = cli("report", "near", "--store", url, cwd=sub)
     assert (
         f"setting: input_wait_high_pct = 8 (from {pyproject.resolve()} [tool.tunescope.findings])\n"
     ) in text.stdout
@@ -222,10 +208,7 @@ def test_bad_settings_in_a_file_are_one_line_and_exit_2(
     if file == "pyproject.toml" and "unknown setting" not in needle:
         return  # one CLI run per file kind is enough to show the exit code
     p = _report(url, project)
-    assert p.returncode == 2 and p.stdout == ""
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tunescope: error: "), p.stderr
-    assert needle in lines[0]
+    one_line_error(p, needle)
 
 
 @pytest.mark.parametrize(
@@ -252,13 +235,5 @@ def test_the_server_refuses_bad_settings_before_it_listens(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        p = subprocess.run(
-            [sys.executable, "-m", "tunescope", "ui", "--store", url, "--port", port],
-            capture_output=True,
-            text=True,
-            cwd=project,
-            timeout=60,
-        )
-    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "busy_util_pct must be a number >= 0, not -5" in lines[0]
+        p = cli("ui", "--store", url, "--port", port, cwd=project)
+    one_line_error(p, "busy_util_pct must be a number >= 0, not -5")

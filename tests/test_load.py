@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import csv
 import io
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import tunescope
+from cli_helpers import cli
 from tunescope.errors import ConfigError, NotFound
 from tunescope.store import CHUNK_SAMPLES, SAMPLE_COLUMNS, Event, open_store
 
@@ -40,12 +40,7 @@ def _store(path: Path) -> str:
 
 
 def _export(url: str, *args: str) -> list[dict[str, str]]:
-    p = subprocess.run(
-        [sys.executable, "-m", "tunescope", "export", "r", "--store", url, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = cli("export", "r", "--store", url, *args)
     assert p.returncode == 0, p.stderr
     return list(csv.DictReader(io.StringIO(p.stdout)))
 

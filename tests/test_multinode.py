@@ -3,7 +3,6 @@ that sample a node and never end the trial, and ``tunescope run`` on each node o
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import tunescope.record as ts
+from cli_helpers import cli, one_line_error
 from tunescope.errors import ConfigError
 from tunescope.record import Job, find_job, job_key
 from tunescope.store import Batch, Store, TrialSpec, open_store
@@ -151,15 +151,8 @@ def test_a_node_sampler_never_ends_the_trial_when_its_node_ends(sqlite_url: str,
     assert db.count_events(tid) == 0
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("TUNESCOPE_", "SLURM_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**base, **(env or {})},
-    )
+# the CLI runs as on a node outside any job: no job id, rank or store from this environment
+NO_JOB = ("TUNESCOPE_", "SLURM_")
 
 
 def test_tunescope_run_on_each_node_records_one_trial_ended_by_node_0(tmp_path: Path) -> None:
@@ -176,6 +169,7 @@ def test_tunescope_run_on_each_node_records_one_trial_ended_by_node_0(tmp_path: 
         sys.executable,
         "-c",
         "import time, sys; time.sleep(0.6); sys.exit(3)",
+        drop=NO_JOB,
     )
     assert node.returncode == 3, node.stderr
     assert "(job j1, node 1)" in node.stderr
@@ -190,6 +184,7 @@ def test_tunescope_run_on_each_node_records_one_trial_ended_by_node_0(tmp_path: 
         "-c",
         "import time; time.sleep(0.6)",
         env={"TUNESCOPE_JOB_ID": "j1", "NODE_RANK": "0"},
+        drop=NO_JOB,
     )
     assert primary.returncode == 0, primary.stderr
     with open_store(db) as st:
@@ -198,15 +193,14 @@ def test_tunescope_run_on_each_node_records_one_trial_ended_by_node_0(tmp_path: 
         assert again.key == job_key("default", "job", "j1", "")
     # the same job id again names a trial that ended: refused before anything starts
     marker = tmp_path / "started"
-    late = cli(*common, "--job-id", "j1", "--node-rank", "1", "--", "touch", str(marker))
-    assert late.returncode == 2 and not marker.exists()
-    (line,) = late.stderr.strip().splitlines()
-    assert "job 'j1' already recorded trial" in line and "give another --job-id" in line
+    late = cli(
+        *common, "--job-id", "j1", "--node-rank", "1", "--", "touch", str(marker), drop=NO_JOB
+    )
+    line = one_line_error(late, "job 'j1' already recorded trial")
+    assert "give another --job-id" in line and not marker.exists()
 
 
 def test_node_rank_without_a_job_is_bad_input(tmp_path: Path) -> None:
-    p = cli("run", "--store", str(tmp_path / "t.db"), "--node-rank", "1", "--", "true")
-    assert p.returncode == 2
-    (line,) = p.stderr.strip().splitlines()
-    assert "--node-rank needs a job id" in line
+    p = cli("run", "--store", str(tmp_path / "t.db"), "--node-rank", "1", "--", "true", drop=NO_JOB)
+    one_line_error(p, "--node-rank needs a job id")
     assert not (tmp_path / "t.db").exists()

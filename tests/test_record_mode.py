@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tunescope.record as ts
+from cli_helpers import cli, one_line_error
 
 # A real training loop run twice in a fresh interpreter, once through every SDK hook with
 # TUNESCOPE_MODE=disabled and once without tunescope: what it reports is compared by the test.
@@ -120,21 +121,10 @@ def test_unknown_mode_warns_once_and_records(
     assert len(warned) == 1 and "'offline-ish' is not a mode" in warned[0].getMessage()
 
 
-def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        cwd=cwd,
-        timeout=60,
-    )
-
-
 def test_tunescope_run_disabled_just_runs_the_command(tmp_path: Path) -> None:
     db = tmp_path / "never.db"
     code = "import os, sys; print('out', os.environ.get('TUNESCOPE_TRIAL_KEY')); sys.exit(7)"
-    p = _cli(
+    p = cli(
         "run",
         "--store",
         str(db),
@@ -151,7 +141,7 @@ def test_tunescope_run_disabled_just_runs_the_command(tmp_path: Path) -> None:
 
 
 def test_tunescope_run_refuses_an_unknown_mode(tmp_path: Path) -> None:
-    p = _cli(
+    p = cli(
         "run",
         "--store",
         str(tmp_path / "x.db"),
@@ -162,10 +152,7 @@ def test_tunescope_run_refuses_an_unknown_mode(tmp_path: Path) -> None:
         env={"TUNESCOPE_MODE": "Disabled-ish"},
         cwd=tmp_path,
     )
-    assert p.returncode == 2 and p.stdout == ""
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tunescope: error: "), p.stderr
-    assert "$TUNESCOPE_MODE='Disabled-ish' is not a mode: use enabled or disabled" in lines[0]
+    one_line_error(p, "$TUNESCOPE_MODE='Disabled-ish' is not a mode: use enabled or disabled")
     assert list(tmp_path.iterdir()) == []
 
 

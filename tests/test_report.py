@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_helpers import one_line_error
 from store_helpers import damage_chunk
 from tunescope.analyze import findings_for_run, to_dict
 from tunescope.analyze._charts import EVAL_COLOR, trial_png
@@ -38,6 +39,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``tunescope report ARGS`` through LAUNCH (cli_helpers.cli runs the plain command)."""
     return subprocess.run(
         [sys.executable, "-c", LAUNCH, "report", *args],
         capture_output=True,
@@ -45,13 +47,6 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
         cwd=cwd,
         timeout=120,
     )
-
-
-def one_line_error(p: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tunescope: error: "), p.stderr
-    assert needle in lines[0], lines[0]
 
 
 def _put(st: Store, tid: int, metric: str, values: np.ndarray, device: str | None = None) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cli_helpers import cli, one_line_error
 from serving_helpers import Engine, write_load_run
 from tunescope.analyze import (
     Slo,
@@ -177,20 +176,12 @@ def test_report_json_and_text_carry_levels_and_sizing(tmp_path: Path) -> None:
     page = render_report(drawn, "html")[0]
     assert "<pre>Serving: 3 load level(s)" in page and "replicas: 3 (extrapolated, c2)" in page
     # the CLI: the same answer, and a malformed workload exits 2 before anything is written
-    cli = [sys.executable, "-m", "tunescope", "report", "serve", "--store", str(db)]
+    report = ("report", "serve", "--store", str(db))
     out = tmp_path / "r.json"
-    ok = subprocess.run(
-        [*cli, "--format", "json", "--out", str(out), "--workload", WORKLOAD],
-        capture_output=True,
-        text=True,
-    )
+    ok = cli(*report, "--format", "json", "--out", str(out), "--workload", WORKLOAD)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(out.read_text())["sizing"]["figures"]["replicas"]["value"] == 3
     out.unlink()
-    bad = subprocess.run(
-        [*cli, "--out", str(out), "--workload", "context=128,output=32,concurrency=six"],
-        capture_output=True,
-        text=True,
-    )
-    assert bad.returncode == 2 and not out.exists()
-    assert bad.stderr.count("\n") == 1 and "--workload concurrency" in bad.stderr
+    bad = cli(*report, "--out", str(out), "--workload", "context=128,output=32,concurrency=six")
+    one_line_error(bad, "--workload concurrency")
+    assert not out.exists()

@@ -6,30 +6,14 @@ The faults come from a scripted real server (tests/scripted_server.py)."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli, one_line_error
 from scripted_server import Script, scripted
 from tunescope.cli import main
 from tunescope.store import open_store
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def one_line(p: subprocess.CompletedProcess[str]) -> str:
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1, p.stderr
-    return lines[0]
 
 
 def closed_port() -> int:
@@ -41,8 +25,7 @@ def closed_port() -> int:
 def test_an_unreachable_url_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     p = cli("load", f"http://127.0.0.1:{closed_port()}", "--store", str(db))
-    assert p.returncode == 2
-    assert "cannot be reached" in one_line(p)
+    one_line_error(p, "cannot be reached")
     assert not db.exists()
 
 
@@ -51,9 +34,7 @@ def test_a_server_that_is_not_openai_compatible_is_refused(tmp_path: Path) -> No
     with scripted(Script(models_status=404)) as srv:
         p = cli("load", srv.url, "--store", str(db))
         assert srv.completions == 0
-    assert p.returncode == 2
-    line = one_line(p)
-    assert "not an OpenAI-compatible server" in line and "404" in line
+    assert "404" in one_line_error(p, "not an OpenAI-compatible server")
     assert not db.exists()
 
 
@@ -94,7 +75,7 @@ def test_a_malformed_prompts_file_names_its_line(tmp_path: Path) -> None:
     f.write_text('{"prompt": "hi"}\n{"prompt": 3}\n')
     with scripted(Script()) as srv:
         p = cli("load", srv.url, "--prompts", str(f), "--store", str(tmp_path / "s.db"))
-    assert p.returncode == 2 and "line 2" in one_line(p)
+    one_line_error(p, "line 2")
     assert not (tmp_path / "s.db").exists()
 
 

@@ -7,23 +7,16 @@ fixture-*.json, each saying so in its ``_fixture`` key): none of the three runs 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli_helpers import cli, one_line_error
 from tunescope.analyze import serving_run
 from tunescope.store import open_store
 
 FIX = Path(__file__).parent / "fixtures" / "serving"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args], capture_output=True, text=True, timeout=120
-    )
 
 
 def levels(db: Path, run: str) -> dict[str, tuple[Any, dict[str, float], list[Any]]]:
@@ -173,7 +166,5 @@ def test_a_bad_file_is_one_line_exit_2_nothing_written(
 ) -> None:
     db = tmp_path / "s.db"
     p = cli("import", *args, "--store", str(db))
-    assert p.returncode == 2
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], p.stderr
+    one_line_error(p, says)
     assert not db.exists()

@@ -15,8 +15,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ pytest.importorskip("gguf", reason="the serve extra (make setup installs it)")
 
 import llamacpp_engine
 from browser_helpers import Server, after_draw, draws, ensure_built, serve, watched_page
+from cli_helpers import cli
 from tunescope.analyze import level_stats, serving_run
 from tunescope.serving import Scrape, detect, parse_exposition, parse_slots
 from tunescope.store import open_store
@@ -47,14 +46,8 @@ SERVE_SERIES = {
 }
 """The engine's series a llama.cpp level has (this build exposes no KV-cache ratio)."""
 
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+SLOW = 240.0
+"""Seconds a CLI run may take: a sweep drives a real engine, slow on a loaded machine."""
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +80,7 @@ def slo(engine: str, tmp_path_factory: pytest.TempPathFactory) -> float:
         "load", engine, "--concurrency", "2", "--requests", str(REQUESTS),
         "--output-tokens", str(OUTPUT_TOKENS), "--prompt-tokens", "8", "--ignore-eos",
         "--run", "calibrate", "--store", db,
+        timeout=SLOW,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
     with open_store(db) as st:
@@ -121,6 +115,7 @@ def sweep(
         "llama",
         "--store",
         db,
+        timeout=SLOW,
     )
     assert p.returncode == 0, p.stderr
     return db, generated(engine) - before, p.stdout
@@ -222,6 +217,7 @@ def test_server_cmd_starts_the_engine_as_a_trial_of_the_run(model: Path, tmp_pat
         "served",
         "--store",
         db,
+        timeout=SLOW,
     )
     assert p.returncode == 0, p.stderr
     with open_store(db) as st:
@@ -280,7 +276,7 @@ def test_c_the_report_finds_the_missed_target_at_six_and_sizes_it(
         assert st.ttft.p99 is not None and st.goodput is not None
         assert rows[name][6] == f"{st.ttft.p99 * 1000:.1f}ms"
         assert rows[name][9] == f"{st.goodput:.2f}"
-    p = cli("report", "llama", "--store", db)
+    p = cli("report", "llama", "--store", db, timeout=SLOW)
     assert p.returncode == 0, p.stderr
     assert "Latency target missed at concurrency 6" in p.stdout
     assert "Latency target missed at concurrency 2" not in p.stdout
@@ -288,10 +284,12 @@ def test_c_the_report_finds_the_missed_target_at_six_and_sizes_it(
         f"context={round(prompt) + OUTPUT_TOKENS},output={OUTPUT_TOKENS},concurrency=6,"
         f"ttft={slo * 1000:.0f}ms"
     )
-    p = cli("report", "llama", "--store", db, "--workload", workload)
+    p = cli("report", "llama", "--store", db, "--workload", workload, timeout=SLOW)
     assert p.returncode == 0, p.stderr
     assert "replicas: 3 (extrapolated, c2)" in p.stdout
-    p = cli("report", "llama", "--store", db, "--workload", workload, "--format", "json")
+    p = cli(
+        "report", "llama", "--store", db, "--workload", workload, "--format", "json", timeout=SLOW
+    )
     assert p.returncode == 0, p.stderr
     sizing = json.loads(p.stdout)["sizing"]
     figs = sizing["figures"]
@@ -305,7 +303,17 @@ def test_c_the_report_finds_the_missed_target_at_six_and_sizes_it(
         weights = st.list_trials(st.get_run("llama").id)[0].params["model.weights_bytes"]
     heads, dim = llamacpp_engine.HEADS, llamacpp_engine.WIDTH // llamacpp_engine.HEADS
     shape = f",layers={llamacpp_engine.LAYERS},kv_heads={heads},head_dim={dim},kv_dtype_bytes=2"
-    p = cli("report", "llama", "--store", db, "--workload", workload + shape, "--format", "json")
+    p = cli(
+        "report",
+        "llama",
+        "--store",
+        db,
+        "--workload",
+        workload + shape,
+        "--format",
+        "json",
+        timeout=SLOW,
+    )
     assert p.returncode == 0, p.stderr
     mem = json.loads(p.stdout)["sizing"]["figures"]["memory_per_replica"]
     kv = 2 * llamacpp_engine.LAYERS * heads * dim * 2  # K and V, f16

@@ -4,18 +4,11 @@ rate levels, the chat API, prompts from a file, the --seconds bound."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_helpers import cli
 from scripted_server import Script, scripted
 from tunescope.store import open_store
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args], capture_output=True, text=True, timeout=120
-    )
 
 
 def test_rate_levels_send_in_order_with_their_params(tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ import gzip
 import io
 import json
 import math
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 from fastapi import FastAPI
 
 from api_helpers import app_over, request
+from cli_helpers import cli, one_line_error
 from fault_helpers import sample_times, settled, wait_for
 from http_helpers import Server, free_port, make_certificates, make_token
 from store_helpers import damage_chunk
@@ -561,16 +560,8 @@ def test_an_http_store_refuses_and_skips_the_values_a_sql_store_does(
 
 
 # ---------------------------------------------------------------------- read commands
-def _cli(*args: str, token: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TUNESCOPE_STORE"}
-    env["TUNESCOPE_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "tunescope", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+NO_STORE = ("TUNESCOPE_STORE",)
+"""The CLI's store is the one its --store names, never one from the environment tests run in."""
 
 
 def test_read_commands_work_over_http_and_never_show_the_token(
@@ -583,26 +574,26 @@ def test_read_commands_work_over_http_and_never_show_the_token(
         st.write(_batch(spec, 30))
         st.write(Batch(spec.key, end=TrialEnd("completed", T0 + 30, exit_code=0)))
     reader = make_token(http_server.db_url, name, "read")
-    runs = _cli("runs", "--store", url, token=reader)
+    as_reader = {"TUNESCOPE_TOKEN": reader}
+    runs = cli("runs", "--store", url, env=as_reader, drop=NO_STORE)
     assert runs.returncode == 0, runs.stderr
     assert "sweep" in runs.stdout and "completed" in runs.stdout
-    trials = _cli("trials", "sweep", "--store", url, token=reader)
+    trials = cli("trials", "sweep", "--store", url, env=as_reader, drop=NO_STORE)
     assert trials.returncode == 0, trials.stderr
     assert trials.stdout.splitlines()[2].split()[:2] == ["t", "completed"]
-    export = _cli("export", "sweep", "--store", url, token=reader)
+    export = cli("export", "sweep", "--store", url, env=as_reader, drop=NO_STORE)
     assert export.returncode == 0, export.stderr
     rows = list(csv.DictReader(io.StringIO(export.stdout)))
     assert len(rows) == 30 and {r["metric"] for r in rows} == {"cpu.util"}
     assert [float(r["t"]) for r in rows] == [round(T0 + i + 1 / 3, 3) for i in range(30)]
-    events = _cli("export", "sweep", "--what", "events", "--format", "json", "--store", url,
-                  token=reader)  # fmt: skip
+    events = cli("export", "sweep", "--what", "events", "--format", "json", "--store", url,
+                 env=as_reader, drop=NO_STORE)  # fmt: skip
     assert events.returncode == 0 and len(json.loads(events.stdout)["events"]) == 1
-    report = _cli("report", "sweep", "--store", url, token=reader)
+    report = cli("report", "sweep", "--store", url, env=as_reader, drop=NO_STORE)
     assert report.returncode == 0 and "Trial t [completed]" in report.stdout, report.stderr
     wrong = "ts_" + "z" * 43
-    refused = _cli("runs", "--store", url, token=wrong)
-    assert refused.returncode == 2 and refused.stdout == ""
-    assert refused.stderr.count("\n") == 1 and "$TUNESCOPE_TOKEN" in refused.stderr
+    refused = cli("runs", "--store", url, env={"TUNESCOPE_TOKEN": wrong}, drop=NO_STORE)
+    one_line_error(refused, "$TUNESCOPE_TOKEN")
     for p in (runs, trials, export, events, report, refused):
         for secret in (token, reader, wrong):
             assert secret not in p.stdout + p.stderr
@@ -613,8 +604,9 @@ def test_tunescope_run_records_through_http(project: tuple[str, str]) -> None:
     params, samples and exit code."""
     url, token = project
     code = "import time; time.sleep(2); raise SystemExit(3)"
-    p = _cli("run", "--run", "cmd", "--trial", "t", "--param", "lr=0.1", "--interval", "0.2",
-             "--store", url, "--", sys.executable, "-c", code, token=token)  # fmt: skip
+    p = cli("run", "--run", "cmd", "--trial", "t", "--param", "lr=0.1", "--interval", "0.2",
+            "--store", url, "--", sys.executable, "-c", code,
+            env={"TUNESCOPE_TOKEN": token}, drop=NO_STORE)  # fmt: skip
     assert p.returncode == 3, p.stderr
     assert token not in p.stdout + p.stderr
     with open_store(url) as st:

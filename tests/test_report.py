@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_helpers import cli as run_cli
 from cli_helpers import one_line_error
 from store_helpers import damage_chunk
 from tunescope.analyze import findings_for_run, to_dict
@@ -26,27 +27,10 @@ T0 = 1_700_000_000.0
 GIB = 1024.0**3
 H100 = 81559 * 1024.0**2
 
-LAUNCH = """
-import sys
-import typer.main
-from tunescope.cli import _app, main
-from tunescope.cli._report import report
-
-if "report" not in typer.main.get_command(_app.app).commands:
-    _app.app.command()(report)
-sys.exit(main(sys.argv[1:]))
-"""
-
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``tunescope report ARGS`` through LAUNCH (cli_helpers.cli runs the plain command)."""
-    return subprocess.run(
-        [sys.executable, "-c", LAUNCH, "report", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
+    """``tunescope report ARGS``."""
+    return run_cli("report", *args, cwd=cwd)
 
 
 def _put(st: Store, tid: int, metric: str, values: np.ndarray, device: str | None = None) -> None:
@@ -285,7 +269,12 @@ def test_bad_input_is_one_line_and_exit_2(url: str, args: list[str], needle: str
 
 
 def test_charts_without_matplotlib_is_one_line(url: str, tmp_path: Path) -> None:
-    blocked = 'import sys\nsys.modules["matplotlib"] = None\n' + LAUNCH
+    blocked = (
+        "import sys\n"
+        'sys.modules["matplotlib"] = None\n'
+        "from tunescope.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     p = subprocess.run(
         [
             sys.executable,

@@ -43,6 +43,7 @@ GPU_METRICS = (
 )
 LOAD_SERIES = 400_000  # 10,000 GPUs x 40 metrics
 LOAD_WRITERS = 4
+LOAD_TARGET = 400_000  # samples/s sustained (issue 23)
 LOAD_SECONDS = 30  # simulated seconds a run ingests, per repeat
 LOAD_BATCHES_S = (1, 5)  # simulated seconds of a writer's series in one insert
 REPEATS = 3
@@ -83,6 +84,12 @@ def sampler_times(n: int, seed: int) -> np.ndarray:
 
 def _fmt(xs: list[float]) -> str:
     return f"{min(xs):,.2f} / {statistics.median(xs):,.2f} / {max(xs):,.2f}"
+
+
+def _load() -> str:
+    """The machine's load average (1 and 5 min): what else ran beside the measure."""
+    one, five, _ = os.getloadavg()
+    return f"{one:.1f}, {five:.1f}"
 
 
 def _fresh(folder: str) -> BulkStore:
@@ -132,8 +139,8 @@ def _load_run(folder: str, seconds: int, batch_s: int) -> float:
     """Samples/s of one run: LOAD_WRITERS threads, each with its own connection, each insert
     ``batch_s`` simulated seconds of its share of LOAD_SERIES series (with its dedup token),
     values made beforehand (SYNTHETIC, each series following its kind's shape). The minute
-    rollups' view aggregates each insert: the more samples a series has in one, the less it
-    costs."""
+    rollups' view makes a row of each sample, which the rollup table merges (by series and
+    minute) as it writes the insert: the more samples a series has in one, the fewer rows."""
     db = f"b_{uuid.uuid4().hex[:10]}"
     share = LOAD_SERIES // LOAD_WRITERS
     stores = [open_bulk(f"chdb:{folder}?database={db}") for _ in range(LOAD_WRITERS)]
@@ -354,17 +361,18 @@ def main() -> int:
     )
     for batch_s in LOAD_BATCHES_S:
         rates = [_load_run(folder, LOAD_SECONDS, batch_s) for _ in range(REPEATS)]
+        med = statistics.median(rates)
         print(
             f"    inserts of {batch_s} s x {LOAD_SERIES // LOAD_WRITERS:,} series: "
-            f"{_fmt(rates)} samples/s"
+            f"{_fmt(rates)} samples/s (target {LOAD_TARGET:,}: median "
+            f"{'met' if med >= LOAD_TARGET else 'MISSED'}; load average {_load()})"
         )
-        med = statistics.median(rates)
         out.append(
             (
                 f"ch.ingest_{batch_s}s_inserts_samples_per_s",
                 f"{med:,.0f}",
-                ">= 400,000",
-                med >= 400_000,
+                f">= {LOAD_TARGET:,}",
+                med >= LOAD_TARGET,
             )
         )
 

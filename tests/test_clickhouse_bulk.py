@@ -57,6 +57,57 @@ def test_a_retried_insert_adds_no_row(bulk: BulkStore) -> None:
     assert (_rows(bulk, "events"), _rows(bulk, "scalars")) == (1, 1)
 
 
+def test_an_insert_adds_one_exact_rollup_row_a_series_and_minute(bulk: BulkStore) -> None:
+    """The view turns each sample into a row and the rollup table merges them as it writes the
+    insert: one row a (series, minute) of the insert, exact, whatever the order samples come
+    in (here shuffled)."""
+    rng = np.random.default_rng(4)
+    n = 2 * 170
+    sid = np.repeat([21, 22], n // 2)
+    ts = T0 + np.tile(np.arange(n // 2) + 0.25, 2)  # ~3 minutes of each series
+    vs = rng.normal(50, 20, n).round(3)
+    order = rng.permutation(n)
+    bulk.insert_samples(sid[order], ts[order], vs[order], token="p/rollup")
+    rows = bulk.transport.query(
+        "SELECT series_id, minute, n, vmin, vmax, vsum, t_first, t_last "
+        f"FROM {bulk.transport.database}.minutes ORDER BY series_id, minute"
+    )  # no GROUP BY: the rows as stored
+    t_ms = np.round(ts * 1000).astype(np.int64)
+    v32 = vs.astype(np.float32)
+    want = []
+    for s in (21, 22):
+        for m in np.unique(t_ms[sid == s] // 60_000):
+            sel = (sid == s) & (t_ms // 60_000 == m)
+            want.append(
+                (
+                    s,
+                    int(m),
+                    int(sel.sum()),
+                    float(v32[sel].min()),
+                    float(v32[sel].max()),
+                    float(v32[sel].astype(np.float64).sum()),
+                    int(t_ms[sel].min()),
+                    int(t_ms[sel].max()),
+                )
+            )
+    assert len(want) == 8  # 4 minutes touched by each series
+    got = [
+        (
+            int(r[0]),
+            int(r[1]),
+            int(r[2]),
+            float(r[3]),
+            float(r[4]),
+            float(r[5]),
+            int(r[6]),
+            int(r[7]),
+        )
+        for r in rows
+    ]
+    assert [g[:5] + g[6:] for g in got] == [w[:5] + w[6:] for w in want]
+    assert [g[5] for g in got] == pytest.approx([w[5] for w in want], rel=1e-12)
+
+
 def test_samples_read_back_as_the_sql_store_keeps_them(bulk: BulkStore, tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
     ts = T0 + np.cumsum(rng.choice([0.0004, 0.9996, 1.0, 7.3], 500))

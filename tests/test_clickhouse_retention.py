@@ -167,7 +167,7 @@ def test_a_database_made_before_the_last_value_migrates() -> None:
             t.command(
                 stmt.replace(
                     ",\n    vlast AggregateFunction(argMax, Float32, Int64) CODEC(ZSTD(1))", ""
-                ).replace(", argMaxState(value, t) AS vlast", "")
+                ).replace(",\n    initializeAggregation('argMaxState', value, t) AS vlast", "")
             )
         old = BulkStore(ChdbTransport(bulk.transport.path, db), create=False)  # type: ignore[attr-defined]
         try:

@@ -6,6 +6,7 @@ checked, and ClickHouse's own parser reads every statement."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +110,10 @@ def test_the_last_values_migration_parses_and_reaches_every_node(cluster: str | 
         assert {s.split()[2] for s in stmts[:2]} == {"metrics.minutes_local", "metrics.minutes"}
         assert "FROM metrics.samples_local" in stmts[2]
         assert "insert_distributed_sync = 1" in stmts[-1]
+
+
+def test_docs_give_the_cluster_ddl_the_store_writes() -> None:
+    """docs/scale.md shows the statements for a cluster; they must be the ones made here."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "scale.md").read_text()
+    shown = doc.split("```sql\n", 1)[1].split("\n```", 1)[0]
+    assert shown == "\n\n".join(s + ";" for s in schema("tunescope", "fleet"))

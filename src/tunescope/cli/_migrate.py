@@ -28,9 +28,9 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -397,33 +397,42 @@ def _event_parts(src: Store, t: TrialInfo, batch: int) -> Iterator[list[EventRow
     if not total:
         return
     last = max(x for x in (t.start, t.end, t.heartbeat) if x is not None)
-    rows: list[EventRow] = []
-    for a, b in _slices(t.start, last, max(1, math.ceil(total / batch))):
-        got = [e for e in src.all_events(t.id, a, b) if a <= e.t <= b]
-        part = [(e.kind, e.t, e.name, e.step, e.duration, e.value, e.data) for e in got]
-        part.sort(key=lambda r: (r[1], json.dumps(r, sort_keys=True, default=repr)))
-        for r in part:
-            rows.append(r)
-            if len(rows) >= batch:
-                yield rows
-                rows = []
-    if rows:
-        yield rows
+
+    def ordered() -> Iterator[EventRow]:
+        for a, b in _slices(t.start, last, max(1, math.ceil(total / batch))):
+            got = [e for e in src.all_events(t.id, a, b) if a <= e.t <= b]
+            part = [(e.kind, e.t, e.name, e.step, e.duration, e.value, e.data) for e in got]
+            part.sort(key=lambda r: (r[1], json.dumps(r, sort_keys=True, default=repr)))
+            yield from part
+
+    yield from _in_parts(ordered(), batch)
 
 
 def _scalar_parts(src: Store, tid: int, batch: int) -> Iterator[list[ScalarRow]]:
     """The trial's scalars, one name at a time, in parts of at most ``batch``."""
-    rows: list[ScalarRow] = []
-    for name in src.scalar_names(tid):
-        got = [(s.name, s.step, s.t, s.value) for s in src.scalars(tid, name)]
-        got.sort(key=lambda r: (r[1] is not None, r[1] or 0, r[2], r[3]))
-        for r in got:
-            rows.append(r)
-            if len(rows) >= batch:
-                yield rows
-                rows = []
-    if rows:
-        yield rows
+
+    def ordered() -> Iterator[ScalarRow]:
+        for name in src.scalar_names(tid):
+            got = [(s.name, s.step, s.t, s.value) for s in src.scalars(tid, name)]
+            got.sort(key=lambda r: (r[1] is not None, r[1] or 0, r[2], r[3]))
+            yield from got
+
+    yield from _in_parts(ordered(), batch)
+
+
+_R = TypeVar("_R")
+
+
+def _in_parts(rows: Iterable[_R], batch: int) -> Iterator[list[_R]]:
+    """``rows`` in lists of ``batch`` (the last one shorter), in order."""
+    part: list[_R] = []
+    for r in rows:
+        part.append(r)
+        if len(part) >= batch:
+            yield part
+            part = []
+    if part:
+        yield part
 
 
 # ---------------------------------------------------------------------- checking

@@ -116,8 +116,7 @@ def _kept_fd(target: str) -> bool:
     epoll instances of event loops that live on, shared-memory of libraries (torch), libuuid's
     clock file, matplotlib's cached fonts, the counters each thread of the embedded
     ClickHouse's pools reads for as long as it lives (``/proc/PID/task/TID/stat``) and the
-    files of that engine's folder its background merges open after a test inserted (and,
-    where the engine grew a thread pool in the test, see ``no_leaks``, its timers and pipes)."""
+    files of that engine's folder its background merges open after a test inserted."""
     return (
         target in ("/dev/urandom", "/dev/random", "/dev/null", "/var/lib/libuuid/clock.txt")
         or target.startswith(("anon_inode:[eventpoll]", "anon_inode:inotify", "/dev/shm/"))
@@ -167,7 +166,6 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     marker = f"TUNESCOPE_SPOOL={spool}".encode()
     before_procs = set(_ours(marker, set()))
     before_fds = _fds()
-    before_threads = set(os.listdir("/proc/self/task"))
     yield
     # pytest keeps the test's log records until its report is made: a record's arguments (an
     # exception, whose frames hold a store) are not the test's leak. Its text is kept.
@@ -189,23 +187,13 @@ def no_leaks(spool: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     for pid in left:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
-    chdb = "chdb_engine" in request.fixturenames
 
     def still_open() -> dict[str, str]:
-        opened = {
+        return {
             fd: target
             for fd, target in _fds().items()
             if before_fds.get(fd) != target and not _kept_fd(target)
         }
-        if chdb and set(os.listdir("/proc/self/task")) - before_threads:
-            # the embedded engine grew a pool during the test: each new thread of its query
-            # pipelines keeps a timer and a wake-up pipe for as long as it lives (the session's)
-            opened = {
-                fd: t
-                for fd, t in opened.items()
-                if not t.startswith(("anon_inode:[timerfd]", "pipe:"))
-            }
-        return opened
 
     # what a library's own thread closes a moment after the test's last call returned (the
     # embedded engine ends a query's pipeline after its result came back) is not a leak:

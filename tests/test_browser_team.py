@@ -180,6 +180,8 @@ def test_the_local_viewer_picks_a_project(
             "vit-base",
         ]
         select = page.get_by_label("Project")
+        # the header's selector comes from its own request, which may answer after the table's
+        select.wait_for()
         assert select.locator("option").all_inner_texts() == [
             "All projects",
             "default",

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from tunescope.errors import StoreUnavailable
 from tunescope.store.clickhouse._errors import translate
+from tunescope.store.clickhouse._native import encode_block
 from tunescope.store.clickhouse._transport import Column, Params, Transport
 from tunescope.store.clickhouse._url import Server
 
@@ -95,19 +96,16 @@ class HttpTransport(Transport):
     def insert(
         self, table: str, columns: Sequence[Column], settings: Mapping[str, Any] | None = None
     ) -> None:
+        # one Native block, as the embedded engine is given: the same bytes on both transports
+        # (and the rollups' argMax state, a type the driver's own encoder does not write)
         client = self._get()
         try:
-            client.insert(
-                table,
-                [
-                    c.values.tolist() if isinstance(c.values, np.ndarray) else list(c.values)
-                    for c in columns
-                ],
-                column_names=[c.name for c in columns],
-                column_type_names=[c.type for c in columns],
-                database=self.database,
-                column_oriented=True,
+            client.raw_insert(
+                f"{self.database}.{table}",
+                [c.name for c in columns],
+                encode_block(columns),
                 settings=dict(settings or {}),
+                fmt="Native",
             )
         except Exception as exc:
             raise translate(exc, self.url, inserting=True, secret=self._secret) from None

@@ -30,8 +30,10 @@ Params = Mapping[str, Any]
 class Column:
     """One column of an insert: its name, its ClickHouse type as the transport sends it
     (``UInt64``, ``Int64``, ``Float32``, ``Float64``, ``String`` or ``Nullable`` of one of
-    them; the server converts to the table's type, ``LowCardinality(String)`` say) and its
-    values (a numpy array for a number column, a sequence with None for a Nullable one)."""
+    them, or the rollups' :data:`~tunescope.store.clickhouse._native.ARGMAX` state; the server
+    converts to the table's type, ``LowCardinality(String)`` say) and its values (a numpy
+    array for a number column, a sequence with None for a Nullable one, the array of
+    :func:`~tunescope.store.clickhouse._native.argmax_states` for a state)."""
 
     name: str
     type: str

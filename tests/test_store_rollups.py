@@ -20,6 +20,7 @@ from store_helpers import check_window_exact
 from tunescope.store import CHUNK_SAMPLES, Store, open_store
 from tunescope.store._codec import F64
 from tunescope.store._model import Window
+from tunescope.store._rollup import merge_rows, rollup_rows
 from tunescope.store.sql import _sql
 from tunescope.store.sql._schema import SCHEMA_VERSION
 
@@ -250,3 +251,16 @@ def test_a_store_written_before_rollups_migrates_and_rolls_up_before_dropping(
         assert (report.rolled_up, report.chunks) == (1, dry.chunks)
         assert _windows(store, sid, lo, hi, exact=False) == windows
         assert levels  # rolled up: the rollups answer
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 3000), seed=st.integers(0, 2**32 - 1))
+def test_hours_merged_from_minutes_equal_hours_rolled_from_samples(n: int, seed: int) -> None:
+    """``merge_rows``: an hour's row made of its minutes' rows is the row made of its samples
+    (how ``put_minute_rows`` sums the hours of copied minutes)."""
+    ts, vs = _data(n, seed)
+    minutes = np.asarray(rollup_rows(ts, vs, 60), dtype=np.float64)
+    merged, rolled = np.asarray(merge_rows(minutes, 3600)), np.asarray(rollup_rows(ts, vs, 3600))
+    assert merged.shape == rolled.shape
+    assert np.array_equal(merged[:, [0, 1, 2, 3, 5, 6, 7]], rolled[:, [0, 1, 2, 3, 5, 6, 7]])
+    assert np.allclose(merged[:, 4], rolled[:, 4], rtol=1e-12)  # sums, added in another order

@@ -32,6 +32,7 @@ from tunescope.store._checks import MAX_ABS_TIME_S, MAX_SAMPLE_VALUE, check_row
 from tunescope.store._model import Bucket, Event, Scalar
 from tunescope.store._rollup import LEVELS
 from tunescope.store.clickhouse._ddl import migrate_last_value, schema
+from tunescope.store.clickhouse._native import ARGMAX, argmax_states
 from tunescope.store.clickhouse._transport import Column, Params, Transport
 
 __all__ = ["DAY", "MINUTE", "BulkStore", "Samples"]
@@ -582,6 +583,50 @@ class BulkStore:
             {"m0": math.floor(first / MINUTE), "m1": math.ceil(end / MINUTE)},
         )
         return sorted(int(r[0]) for r in rows)
+
+    def minute_rows(self, series_id: int, lo: float, hi: float, limit: int | None = None) -> F64:
+        """The series' minute rows with lo <= t < hi (finite times in s), merged, by time,
+        the first ``limit`` of them (None: all): a (k, 8) array of (t, n, min, max, sum,
+        first time, last time, last value), as the SQL stores'
+        :meth:`~tunescope.store.sql._retention.RollupsMixin.minute_rows`. A minute with no
+        sample (a last value added alone, see
+        :func:`~tunescope.store.clickhouse.migrate_last_value`) is none."""
+        rows = self.transport.query(
+            "SELECT minute, sum(n), min(vmin), max(vmax), sum(vsum), min(t_first), max(t_last), "
+            f"argMaxMerge(vlast) FROM {self._t['minutes']} WHERE series_id = {{sid:UInt64}} "
+            "AND minute >= {m0:Int64} AND minute < {m1:Int64} GROUP BY minute "
+            "HAVING sum(n) > 0 ORDER BY minute" + ("" if limit is None else f" LIMIT {int(limit)}"),
+            {"sid": int(series_id), "m0": math.floor(lo / MINUTE), "m1": math.ceil(hi / MINUTE)},
+        )
+        out = np.asarray(rows, dtype=np.float64).reshape(-1, 8)
+        out[:, 0] *= MINUTE
+        out[:, 5:7] /= 1000.0
+        return out
+
+    def insert_minutes(self, series_id: int, rows: F64, *, token: str | None = None) -> int:
+        """Insert minute rows (as :meth:`minute_rows` returns them) of one series as one
+        insert, deduplicated by ``token``; returns how many were sent. The table merges them
+        with any rows of the same minutes."""
+        rows = np.asarray(rows, dtype=np.float64).reshape(-1, 8)
+        if not len(rows):
+            return 0
+        t_last = np.round(rows[:, 6] * 1000.0).astype(np.int64)
+        self.transport.insert(
+            "minutes",
+            [
+                Column("series_id", "UInt64", np.full(len(rows), int(series_id), np.uint64)),
+                Column("minute", "Int64", (rows[:, 0] // MINUTE).astype(np.int64)),
+                Column("n", "UInt64", rows[:, 1].astype(np.uint64)),
+                Column("vmin", "Float32", rows[:, 2].astype(np.float32)),
+                Column("vmax", "Float32", rows[:, 3].astype(np.float32)),
+                Column("vsum", "Float64", rows[:, 4]),
+                Column("t_first", "Int64", np.round(rows[:, 5] * 1000.0).astype(np.int64)),
+                Column("t_last", "Int64", t_last),
+                Column("vlast", ARGMAX, argmax_states(rows[:, 7], t_last)),
+            ],
+            self._settings(token),
+        )
+        return len(rows)
 
     def _local(self, table: str) -> str:
         """The table that holds the rows (on a cluster, each node's ``*_local``)."""

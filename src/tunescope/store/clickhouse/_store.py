@@ -34,6 +34,7 @@ from tunescope.store._checks import check_row
 from tunescope.store._codec import F64
 from tunescope.store._contract import Store, _Summary
 from tunescope.store._model import Event, Scalar, SeriesInfo, Window
+from tunescope.store._rollup import check_minute_rows
 from tunescope.store.clickhouse import _url
 from tunescope.store.clickhouse._bulk import DAY, BulkStore
 from tunescope.store.produce._batch import Batch
@@ -244,6 +245,29 @@ class ClickHouseBulk:
                 [(cutoff, sid) for sid in behind],
             )
             self._touch_series(cur, behind)  # what was raw is read from the rollups now
+
+    def minute_rows(self, series_id: int, lo: float, hi: float, limit: int | None = None) -> F64:
+        """The series' minute rows with lo <= t < hi, merged, by time, the first ``limit``
+        (see the SQL stores' :meth:`~tunescope.store.sql._retention.RollupsMixin.minute_rows`)."""
+        return self.bulk.minute_rows(series_id, lo, hi, limit)
+
+    def put_minute_rows(
+        self, series_id: int, lo: float, hi: float, rows: F64, raw_from: float
+    ) -> None:
+        """Add ``rows`` as the series' minute rows of [lo, hi), a span before ``raw_from``,
+        which becomes the series' ``raw_from`` (where it is later than the one noted): the
+        rows of a series whose raw samples before it were dropped, as ``tunescope migrate``
+        copies them. One insert, deduplicated by a token made of the series and the span:
+        sent again with the same rows (a copy run again), adds nothing. ValueError for rows
+        that are not such minute rows (see
+        :func:`~tunescope.store._rollup.check_minute_rows`), NotFound for an unknown series;
+        either way nothing is written."""
+        rows = np.asarray(rows, dtype=np.float64)
+        check_minute_rows(rows, lo, hi, raw_from)
+        sid = int(series_id)
+        self._series_info(sid)  # NotFound for an unknown series, before anything is sent
+        self.bulk.insert_minutes(sid, rows, token=f"minutes:{sid}:{int(lo)}:{int(hi)}")
+        self._note_raw_from([sid], raw_from)
 
     def trials_with_raw_before(self, before: float) -> list[int]:
         """Trials whose raw samples :meth:`drop_raw` would drop, in part or all."""

@@ -176,6 +176,8 @@ class PooledStore(Store):
     keep_findings = _pooled(SQLStore.keep_findings)
     kept_findings = _pooled(SQLStore.kept_findings)
     raw_from = _pooled(SQLStore.raw_from)
+    minute_rows = _pooled(SQLStore.minute_rows)
+    put_minute_rows = _pooled(SQLStore.put_minute_rows)
     # usage kept per ended trial (see _kept_usage.py)
     kept_usage = _pooled(SQLStore.kept_usage)
     keep_usage = _pooled(SQLStore.keep_usage)

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from tunescope.errors import NotFound
 from tunescope.store._codec import F64
-from tunescope.store._rollup import LEVELS, rollup_rows
+from tunescope.store._rollup import LEVELS, check_minute_rows, merge_rows, rollup_rows
 from tunescope.store.sql._heal import retrying
 
 __all__ = ["RetentionReport", "RollupsMixin"]
@@ -57,6 +58,7 @@ class RollupsMixin:
     _decode_chunks: Any
     _note_corrupt: Any
     _touch_series: Any
+    url: Any
 
     def _roll_up(self, cur: Any, sid: int, ts: F64, vs: F64) -> None:
         """Add samples (sorted by time, packed for the first time) to the series' rollups."""
@@ -235,6 +237,84 @@ class RollupsMixin:
     def raw_from(self, series_id: int) -> float | None:
         """The time before which the series' raw chunks were dropped; None if none were."""
         return self._rollup_state(series_id)[1]
+
+    @retrying
+    def minute_rows(self, series_id: int, lo: float, hi: float, limit: int | None = None) -> F64:
+        """The series' minute rollup rows with lo <= t < hi, by time, the first ``limit``
+        of them (None: all): a (k, 8) array of (t, n, min, max, sum, first time, last time,
+        last value). What ``tunescope migrate`` copies of a series whose raw samples were
+        dropped."""
+        with self._tx() as cur:
+            rows = self._q(
+                cur,
+                "SELECT t, n, vmin, vmax, vsum, t_first, t_last, vlast FROM rollups "
+                "WHERE series_id = ? AND level = ? AND t >= ? AND t < ? ORDER BY t"
+                + ("" if limit is None else f" LIMIT {int(limit)}"),
+                (int(series_id), LEVELS[-1], math.floor(lo), math.ceil(hi)),
+            ).fetchall()
+        return np.asarray(rows, dtype=np.float64).reshape(-1, 8)
+
+    @retrying
+    def put_minute_rows(
+        self, series_id: int, lo: float, hi: float, rows: F64, raw_from: float
+    ) -> None:
+        """Make ``rows`` (as :meth:`minute_rows` returns them) the series' minute rollups in
+        [lo, hi), a span before ``raw_from``, which becomes the series' ``raw_from`` (where it
+        is later than the one noted): the rows of a series whose raw samples before it were
+        dropped, as ``tunescope migrate`` copies them. The hour rows of the span are summed
+        again from their minutes, in the same transaction, the series locked as appends lock
+        it. Sent again, changes nothing. ValueError for rows that are not such minute rows
+        (see :func:`~tunescope.store._rollup.check_minute_rows`), NotFound for an unknown
+        series; either way nothing is written."""
+        sid = int(series_id)
+        rows = np.asarray(rows, dtype=np.float64)
+        check_minute_rows(rows, lo, hi, raw_from)
+        minute, hour = LEVELS[-1], LEVELS[0]
+        h0, h1 = math.floor(lo / hour) * hour, math.ceil(hi / hour) * hour
+        with self._tx(write=True) as cur:
+            if (
+                self._q(
+                    cur, f"SELECT id FROM series WHERE id = ?{self.dialect.for_update}", (sid,)
+                ).fetchone()
+                is None
+            ):
+                raise NotFound(f"no series with id {sid} in {self.url}")
+            self._q(
+                cur,
+                "DELETE FROM rollups WHERE series_id = ? AND level = ? AND t >= ? AND t < ?",
+                (sid, minute, int(lo), int(hi)),
+            )
+            insert = self._sql(
+                "INSERT INTO rollups (series_id, level, t, n, vmin, vmax, vsum, t_first, "
+                "t_last, vlast) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            )
+            cur.executemany(
+                insert, [(sid, minute, int(r[0]), int(r[1]), *r[2:].tolist()) for r in rows]
+            )
+            # the hours the span touches, from every minute row they hold (those of raw
+            # samples after raw_from too)
+            minutes = np.asarray(
+                self._q(
+                    cur,
+                    "SELECT t, n, vmin, vmax, vsum, t_first, t_last, vlast FROM rollups "
+                    "WHERE series_id = ? AND level = ? AND t >= ? AND t < ? ORDER BY t",
+                    (sid, minute, h0, h1),
+                ).fetchall(),
+                dtype=np.float64,
+            ).reshape(-1, 8)
+            self._q(
+                cur,
+                "DELETE FROM rollups WHERE series_id = ? AND level = ? AND t >= ? AND t < ?",
+                (sid, hour, h0, h1),
+            )
+            cur.executemany(insert, [(sid, hour, *r) for r in merge_rows(minutes, hour)])
+            g = self.dialect.greatest
+            self._q(
+                cur,
+                f"UPDATE series SET raw_from = {g}(COALESCE(raw_from, ?), ?) WHERE id = ?",
+                (raw_from, raw_from, sid),
+            )
+            self._touch_series(cur, [sid])
 
     @retrying
     def keep_findings(self, trial_id: int, data: str, t: float) -> bool:

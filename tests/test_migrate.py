@@ -20,7 +20,9 @@ import pytest
 import usage_truth
 from clickhouse_helpers import chdb_engine, engine_folder, fresh_url
 from conftest import PG_URL, pg_schema
+from tunescope.analyze import compact_raw, findings_for_trial
 from tunescope.cli import main
+from tunescope.errors import NotFound
 from tunescope.store import Batch, SQLStore, TrialEnd, TrialSpec, new_key, open_store
 from tunescope.store.clickhouse._chdb import ChdbTransport
 
@@ -197,6 +199,12 @@ def test_sqlite_to_postgresql_and_back_keeps_everything(
         code, out, err = _migrate(pg, back, capsys)
         assert code == 0, (out, err)
     assert _dump(back) == want
+    # a store whose raw samples were dropped: its minute rows, and hours summed from them
+    compacted = _compacted(src, tmp_path / "compacted.db")
+    with pg_schema() as pg:
+        code, out, err = _migrate(compacted, pg, capsys, "--batch-size", "50")
+        assert code == 0 and "every count agrees" in out, (out, err)
+        assert _answers(pg) == _answers(compacted)
 
 
 def test_a_copy_killed_part_way_finishes_without_duplicates(
@@ -230,21 +238,143 @@ def test_a_copy_killed_part_way_finishes_without_duplicates(
     assert code == 0 and out.count("already copied") == 6
 
 
-def test_counts_that_differ_list_the_trials_and_exit_1(
-    source: tuple[str, dict[str, Any], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+TL = 1_780_012_800.0  # on an hour
+"""Where the long trial of :func:`_compacted` starts: after every other trial of the source."""
+
+
+def _compacted(src: str, path: Path) -> str:
+    """A copy of the source with a long trial added (a sample each 5 s for 3 h, so chunks of
+    about 43 min) and raw samples dropped before TL + 100 min, as ``compact --keep-raw``
+    drops them, findings kept first: every series of the other trials loses all its raw
+    samples, the long one those of its first two chunks, keeping raw samples before its
+    ``raw_from`` (in the chunk that reaches past it) and an hour of rows on both sides."""
+    path.write_bytes(Path(src).read_bytes())
+    url = str(path)
+    with open_store(url) as st:
+        key = new_key()
+        spec = TrialSpec(key=key, run="long", name="t-long", host="node-0", start=TL)
+        ts = TL + np.arange(0.0, 3 * 3600, 5.0)
+        vs = np.round(50 + 40 * np.sin(ts / 600.0), 2).astype(np.float32).tolist()
+        rows = [("gpu.util", "0", None, t, v) for t, v in zip(ts.tolist(), vs, strict=True)]
+        for i in range(0, len(rows), 300):
+            st.write(Batch(key, spec=spec, host="node-0", samples=tuple(rows[i : i + 300])))
+        st.write(Batch(key, host="node-0", end=TrialEnd("completed", TL + 3 * 3600)))
+        st.compact()
+        done = compact_raw(st, 0.0, now=TL + 100 * 60)
+        assert done.raw.samples > 0
+    return url
+
+
+def _answers(url: str) -> dict[str, Any]:
+    """What a store answers of each trial, raw samples dropped or not: each series' extent,
+    raw_from, a 40-point window over it and its raw samples; the trial's latest values and
+    findings. By names and keys."""
+    out: dict[str, Any] = {}
+    with open_store(url, create=False) as st:
+        raw_from = st.raw_from  # type: ignore[attr-defined]
+        for project in st.list_projects():
+            for run in st.list_runs(project=project):
+                for t in st.list_trials(run.id):
+                    series = {}
+                    for s in st.list_series(t.id):
+                        extent = st.series_extent(s.id)
+                        window = None
+                        if extent is not None:
+                            w = st.window(s.id, extent[0], extent[1] + 1.0, 40)
+                            window = list(zip(w.t, w.count, w.min, w.max, w.mean, strict=True))
+                        since = raw_from(s.id)
+                        ts, _ = st.read_samples(s.id, -np.inf if since is None else since)
+                        series[(s.metric, s.device, s.host)] = (extent, since, window, len(ts))
+                    latest = sorted((s.metric, s.host, t_, v) for s, t_, v in st.latest(t.id))
+                    found = sorted(
+                        (f.rule, f.severity, f.message) for f in findings_for_trial(st, t)
+                    )
+                    out[f"{project}/{run.name}/{t.key}"] = (series, latest, found)
+    return out
+
+
+def test_a_compacted_store_copies_its_rollups_and_answers_the_same(
+    source: tuple[str, dict[str, Any], str], chdb_url: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Where raw samples were dropped, the minute rows stand for them: copied SQLite ->
+    ClickHouse -> SQLite, every count agrees and each store answers windows, extents, latest
+    values and findings as the source does (ClickHouse's float32 min and max within their
+    precision)."""
+    src = _compacted(source[0], tmp_path / "compacted.db")
+    want = _answers(src)
+    long_key = next(k for k in want if k.startswith("default/long/"))
+    series, latest, _ = want[long_key]
+    extent, since, window, raw = series[("gpu.util", "0", "node-0")]
+    assert since == TL + 100 * 60 and raw == 80 * 12  # 80 min of raw samples, one each 5 s
+    assert extent is not None and extent[2] == 2160 and window is not None and latest
+    dropped_all = [k for k, v in want.items() if all(x[1] for x in v[0].values() if x[0])]
+    assert len(dropped_all) >= 5  # the other trials lost every raw sample
+    assert sum(bool(f) for _, _, f in want.values()) >= 4  # findings kept before the drop
+
+    code, out, err = _migrate(src, chdb_url, capsys, "--batch-size", "50")
+    assert code == 0, (out, err)
+    assert "every count agrees" in out
+    assert "minute row(s) of 1 series copied" in out  # the long trial's one series
+    on_chdb = _answers(chdb_url)
+    assert on_chdb.keys() == want.keys()
+    for k, (series, latest, found) in want.items():
+        there = on_chdb[k]
+        assert there[2] == found and there[1] == latest, k
+        for name, (extent, since, window, raw) in series.items():
+            got = there[0][name]
+            assert got[:2] == (extent, since) and got[3] == raw, (k, name)
+            assert (got[2] is None) == (window is None)
+            if window is not None:
+                assert np.allclose(got[2], window, rtol=1e-6), (k, name)
+
+    back = str(tmp_path / "back.db")
+    code, out, err = _migrate(chdb_url, back, capsys)
+    assert code == 0, (out, err)
+    assert _answers(back) == want
+    code, out, _ = _migrate(chdb_url, back, capsys)  # again: nothing to do
+    assert code == 0 and out.count("already copied") == len(want)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "chdb"])
+def test_minute_rows_put_again_change_nothing_and_bad_ones_write_nothing(
+    kind: str, tmp_path: Path
 ) -> None:
-    """Raw samples `compact --keep-raw` dropped are not in the source to copy (their rollups
-    are not carried): the source counts them, the target cannot."""
-    src = tmp_path / "dropped.db"
-    src.write_bytes(Path(source[0]).read_bytes())
-    assert main(["compact", "--keep-raw", "30d", "--store", str(src)]) == 0
-    capsys.readouterr()
-    code, out, _ = _migrate(str(src), str(tmp_path / "dst.db"), capsys)
-    assert code == 1
-    *_, note, last = out.strip().splitlines()
-    assert last.startswith("6 trial(s) differ: ") and "vision:synthetic-" in last, last
-    assert "raw samples dropped by `tunescope compact --keep-raw`" in note
-    assert out.count(" counts differ\n") == 6
+    """``put_minute_rows``: the same rows sent twice count once; rows off the minute, out of
+    their span or after raw_from, and an unknown series, are refused with nothing written."""
+    url = str(tmp_path / "s.db") if kind == "sqlite" else fresh_url("embedded")
+    with open_store(url) as st:
+        key = new_key()
+        spec = TrialSpec(key=key, run="r", name="t", host="h", start=TL)
+        sample = ("cpu.util", None, None, TL + 7200.5, 3.0)
+        st.write(Batch(key, spec=spec, host="h", samples=(sample,)))
+        sid = st.list_series(st.trial_by_key(key).id)[0].id
+        rows = np.array(
+            [[TL + 60 * i, 2, i, i + 1, 2 * i + 1, TL + 60 * i + 1, TL + 60 * i + 2, i + 1]
+             for i in range(90)], dtype=np.float64,
+        )  # fmt: skip
+        put = st.put_minute_rows  # type: ignore[attr-defined]
+        for _ in range(2):
+            put(sid, TL, TL + 5400, rows, TL + 7200)
+            assert st.series_extent(sid) == (TL + 1, TL + 7200.5, 181)
+        assert st.raw_from(sid) == TL + 7200  # type: ignore[attr-defined]
+        assert np.array_equal(st.minute_rows(sid, TL, TL + 5400), rows)  # type: ignore[attr-defined]
+        w = st.window(sid, TL, TL + 7201, 2)  # an hour a bucket: hour rows (SQL), minutes
+        assert [b.n for b in w.buckets or []] == [120, 61]
+        bad = [
+            (sid, TL + 30, TL + 5400, rows, TL + 7200),  # lo off the minute
+            (sid, TL, TL + 5400, rows, TL + 3600),  # raw_from before hi
+            (sid, TL + 60, TL + 5400, rows, TL + 7200),  # a row before lo
+            (sid, TL, TL + 5400, rows[::-1], TL + 7200),  # not sorted
+            (sid, TL, TL + 5400, rows[:, :7], TL + 7200),  # a column short
+        ]
+        for args in bad:
+            with pytest.raises(ValueError):
+                put(*args)
+        with pytest.raises(NotFound):
+            put(sid + 1000, TL, TL + 5400, rows, TL + 7200)
+        assert st.series_extent(sid) == (TL + 1, TL + 7200.5, 181)
+        assert st.raw_from(sid) == TL + 7200  # type: ignore[attr-defined]
 
 
 def _one_line(err: str, needle: str) -> None:
@@ -301,6 +431,10 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert _dump(str(tokened)) == before
     code, _, err = _migrate(src, str(dst), capsys, "--batch-size", "0")
     assert code == 2 and not dst.exists()
+    # a tunescope server is not a database: its store is (and only a database keeps rollups)
+    code, _, err = _migrate(src, "http://127.0.0.1:1/vision", capsys)
+    assert code == 2
+    _one_line(err, "--to http://127.0.0.1:1/vision is a tunescope server")
     assert os.path.exists(src)
 
 

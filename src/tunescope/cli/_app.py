@@ -480,12 +480,14 @@ def migrate(
     """Copy a whole store into another: SQLite, PostgreSQL, ClickHouse, either way.
 
     Example: tunescope migrate --from tunescope.db --to chdb:/data/ts. Projects, runs,
-    trials (details, states, ends), series, every sample, event and scalar. Resumable: run
-    it again after it stopped part way and it finishes the copy, duplicating nothing. Ends
-    with each trial's counts on both sides: exit code 0 when all agree, 1 when some differ
-    (listed), 2 for bad input (the same store twice, a source that cannot be read, a target
-    holding other data under a run's name). Access tokens go by their digests; kept usage
-    figures are computed again on the target. See docs/scale.md#moving-a-store."""
+    trials (details, states, ends), series, every sample, event and scalar; where compact
+    --keep-raw dropped raw samples, the minute rollups that stand for them and the findings
+    kept before. Resumable: run it again after it stopped part way and it finishes the copy,
+    duplicating nothing. Ends with each trial's counts on both sides: exit code 0 when all
+    agree, 1 when some differ (listed), 2 for bad input (the same store twice, a tunescope
+    server's URL, a source that cannot be read, a target holding other data under a run's
+    name). Access tokens go by their digests; kept usage figures are computed again on the
+    target. See docs/scale.md#moving-a-store."""
     from tunescope.cli._migrate import migrate as copy_store
 
     raise typer.Exit(

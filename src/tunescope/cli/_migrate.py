@@ -15,25 +15,31 @@ cannot carry (its end, state, error, exit code, last heartbeat) are set once its
 Memory is bounded by the batch size: a series is read in time slices of about that many
 samples, a trial's events likewise, its scalars one name at a time.
 
-Access tokens are copied by the digest a store keeps of each (SQL stores, ClickHouse's
-metadata included): their clients keep working against the target. Not copied: usage
-figures kept per ended trial (computed again on the target by the first ``tunescope usage``
-or by ``tunescope compact``) and rollups of raw samples that ``tunescope compact --keep-raw``
-dropped (the samples are gone; such trials' counts differ and are listed).
+Where ``tunescope compact --keep-raw`` dropped a series' raw samples, the minute rollups stand
+for them before its ``raw_from``: those are copied as rows (``put_minute_rows``, a span of about
+``batch`` minutes at a time, each sent again unchanged on a resumed copy), the raw samples from
+``raw_from`` on as samples, and the findings the source kept before it dropped them, so the
+copy answers windows, counts, latest values and findings as the source does. Access tokens
+are copied by the digest a store keeps of each (SQL stores, ClickHouse's metadata included):
+their clients keep working against the target. Not copied: usage figures kept per ended trial
+(computed again on the target by the first ``tunescope usage`` or by ``tunescope compact``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
+from tunescope.analyze import Finding
 from tunescope.cli import _format as fmt
 from tunescope.errors import ConfigError, Conflict, NotFound, StoreError
 from tunescope.store import (
@@ -50,12 +56,16 @@ from tunescope.store import (
     file_id,
     open_store,
 )
+from tunescope.store._rollup import LEVELS
 
 __all__ = ["BATCH_ITEMS", "migrate"]
 
 BATCH_ITEMS = 100_000
 """Samples (or events, or scalars) a batch carries by default: about 5 MB of JSON, well
 inside a server's limit (a batch past it is split, its parts' ids made from its own)."""
+
+MINUTE = LEVELS[-1]
+"""Seconds a minute row spans."""
 
 Say = Callable[[str], None]
 
@@ -107,6 +117,12 @@ def migrate(
     if batch < 1:
         raise ConfigError(f"--batch-size {batch} must be at least 1")
     src_url, dst_url = check_url(src_url), check_url(dst_url)
+    for flag, url in (("--from", src_url), ("--to", dst_url)):
+        if url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{flag} {display(url)} is a tunescope server: migrate copies between databases "
+                "(SQLite, PostgreSQL, ClickHouse); give the URL of the store it serves"
+            )
     if _same_store(src_url, dst_url):
         raise ConfigError(f"--from and --to name the same store ({display(src_url)})")
     try:
@@ -275,14 +291,20 @@ def _copy_trial(src: Store, dst: Store, item: Source, batch: int, say: Say) -> N
         if where:
             writer.send(Batch(item.key, host=host, where=where))
     series = src.list_series(t.id)
-    for s in series:  # every series, those without a sample too, each with its note
-        dst.series(tid, s.metric, s.device, s.note, s.host)
-    for host, rows in _sample_parts(src, series, batch):
+    raw_from = _raw_from(src, series)
+    there_ids = {}  # every series, those without a sample too, each with its note
+    for s in series:
+        there_ids[s.id] = dst.series(tid, s.metric, s.device, s.note, s.host).id
+    for host, rows in _sample_parts(src, series, batch, raw_from):
         writer.send(Batch(item.key, host=host, samples=tuple(rows)), len(rows))
     for events in _event_parts(src, t, batch):
         writer.send(Batch(item.key, host=t.host, events=tuple(events)), len(events))
     for scalars in _scalar_parts(src, t.id, batch):
         writer.send(Batch(item.key, host=t.host, scalars=tuple(scalars)), len(scalars))
+    if raw_from:
+        n = _copy_minute_rows(src, dst, series, there_ids, raw_from, batch)
+        say(f"  {item.label}: {n:,} minute row(s) of {len(raw_from)} series copied")
+    _copy_kept_findings(src, t.id, dst, tid)
     dst.update_trial(
         tid,
         state="running" if t.state == "lost" else t.state,  # lost is read from the heartbeat
@@ -363,10 +385,11 @@ def _slices(lo: float, hi: float, n: int) -> Iterator[tuple[float, float]]:
 
 
 def _sample_parts(
-    src: Store, series: list[Any], batch: int
+    src: Store, series: list[Any], batch: int, raw_from: dict[int, float]
 ) -> Iterator[tuple[str, list[SampleRow]]]:
     """The samples of every series as (host, rows) of at most ``batch`` rows, one host each,
-    each series read in time slices of about ``batch`` samples."""
+    each series read in time slices of about ``batch`` samples; of a series in ``raw_from``,
+    those from its ``raw_from`` on (its minute rows stand for those before)."""
     rows: list[SampleRow] = []
     host: str | None = None
     for s in series:
@@ -378,8 +401,11 @@ def _sample_parts(
             rows = []
         host = s.host
         first, last, count = extent
-        for a, b in _slices(first, last, max(1, math.ceil(count / batch))):
-            ts, vs = src.read_samples(s.id, a, b)
+        since = raw_from.get(s.id, -math.inf)
+        for a, b in _slices(max(first, since), last, max(1, math.ceil(count / batch))):
+            if b < since:
+                continue
+            ts, vs = src.read_samples(s.id, max(a, since), b)
             order = np.lexsort((vs, ts))  # ties in time (any order on ClickHouse) by value
             for tt, vv in zip(ts[order].tolist(), vs[order].tolist(), strict=True):
                 rows.append((s.metric, s.device, s.note, tt, vv))
@@ -388,6 +414,61 @@ def _sample_parts(
                     rows = []
     if rows and host is not None:
         yield host, rows
+
+
+def _raw_from(st: Store, series: list[Any]) -> dict[int, float]:
+    """The series whose raw samples were dropped before a time, by id: that time (the
+    ``raw_from`` SQL stores and ClickHouse's metadata note; {} for a store without)."""
+    raw_from = getattr(st, "raw_from", None)
+    if raw_from is None:
+        return {}
+    found = {s.id: raw_from(s.id) for s in series}
+    return {sid: float(r) for sid, r in found.items() if r is not None}
+
+
+def _copy_minute_rows(
+    src: Store,
+    dst: Store,
+    series: list[Any],
+    there_ids: dict[int, int],
+    raw_from: dict[int, float],
+    batch: int,
+) -> int:
+    """Copy the minute rows of each series in ``raw_from`` that stand for its dropped raw
+    samples, ``batch`` rows at a time, each put with the span it covers (to the next put's
+    first minute, the last to ``raw_from``); how many rows. Every database keeps rollups
+    (an HTTP store, which does not, is refused before anything is read)."""
+    put = dst.put_minute_rows  # type: ignore[attr-defined]
+    read = src.minute_rows  # type: ignore[attr-defined]
+    copied = 0
+    for s in series:
+        until = raw_from.get(s.id)
+        extent = src.series_extent(s.id)
+        if until is None or extent is None:
+            continue
+        lo = float(min(math.floor(extent[0] / MINUTE) * MINUTE, until))
+        while True:
+            rows = read(s.id, lo, until, batch)
+            hi = until if len(rows) < batch else float(rows[-1, 0]) + MINUTE
+            put(there_ids[s.id], lo, hi, rows, until)
+            copied += len(rows)
+            if hi >= until:
+                break
+            lo = hi
+    return copied
+
+
+def _copy_kept_findings(src: Store, tid: int, dst: Store, there: int) -> None:
+    """The findings the source kept of a trial before its raw samples were dropped, as the
+    target's trial's: the first ``tunescope compact`` made them from every raw sample."""
+    kept = getattr(src, "kept_findings", None)
+    keep = getattr(dst, "keep_findings", None)
+    text = None if kept is None else kept(tid)
+    if text is None or keep is None:
+        return
+    found = [Finding.from_dict(d) for d in json.loads(text)]
+    moved = [dataclasses.replace(f, trial_id=there).to_dict() for f in found]
+    keep(there, json.dumps(moved), time.time())
 
 
 def _event_parts(src: Store, t: TrialInfo, batch: int) -> Iterator[list[EventRow]]:
@@ -455,15 +536,26 @@ def _counts(st: Store, tid: int) -> Counts:
 
 _DETAILS = (
     "name", "params", "state", "host", "pids", "start", "end", "heartbeat", "error",
-    "interval", "exit code", "hosts",
+    "interval", "exit code", "hosts", "raw from", "kept findings",
 )  # fmt: skip
 
 
 def _details(st: Store, t: TrialInfo) -> tuple[Any, ...]:
     """What a copy keeps of a trial besides its data, in :data:`_DETAILS` order."""
+    series = st.list_series(t.id)
+    raw_from = _raw_from(st, series)
+    dropped = sorted(
+        (s.metric, s.host, s.device, raw_from[s.id]) for s in series if s.id in raw_from
+    )
+    kept = getattr(st, "kept_findings", None)
+    text = None if kept is None else kept(t.id)
+    findings = (
+        None if text is None else [(d["rule"], d["metric"], d["device"]) for d in json.loads(text)]
+    )
     return (
         t.name, t.params, t.state, t.host, tuple(sorted(t.pids)), t.start, t.end,
-        t.heartbeat, t.error, t.interval, st.exit_code(t.id), st.hosts(t.id),
+        t.heartbeat, t.error, t.interval, st.exit_code(t.id), st.hosts(t.id), dropped,
+        findings,
     )  # fmt: skip
 
 
@@ -482,7 +574,6 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
     the trials that do not."""
     rows, bad = [], []
     totals = [0, 0, 0]
-    dropped = 0
     for item in plan:
         if item.trial is _NO_TRIAL:
             continue
@@ -496,7 +587,6 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
             check = "missing"
         if not ok:
             bad.append(item.label)
-            dropped += _dropped(src, item.trial.id)
         totals = [totals[0] + have.samples, totals[1] + have.events, totals[2] + have.scalars]
         rows.append(
             [
@@ -515,24 +605,11 @@ def _verify(src: Store, dst: Store, plan: list[Source], say: Say) -> int:
         f"{totals[2]:,} scalars counted in both stores (source / target where they differ)"
     )
     say(_NOT_COPIED)
-    if dropped:
-        say(
-            f"{dropped} series of them had raw samples dropped by `tunescope compact "
-            "--keep-raw` before this copy: their rollups count them, but are not copied"
-        )
     if bad:
         say(f"{len(bad)} trial(s) differ: {', '.join(bad)}")
         return 1
     say("every count agrees")
     return 0
-
-
-def _dropped(src: Store, tid: int) -> int:
-    """How many of a trial's series had raw samples dropped (SQL stores say so)."""
-    raw_from = getattr(src, "raw_from", None)
-    if raw_from is None:
-        return 0
-    return sum(raw_from(s.id) is not None for s in src.list_series(tid))
 
 
 _NOT_COPIED = (

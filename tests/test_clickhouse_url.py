@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tunescope.errors import ConfigError
+from tunescope.store import absolute_url
 from tunescope.store.clickhouse import Embedded, Server, parse_url
 from tunescope.store.clickhouse._http import HttpTransport
 
@@ -102,3 +103,18 @@ def test_the_transport_reads_the_password_at_once(tmp_path: Path) -> None:
     assert isinstance(s, Server)
     with pytest.raises(ConfigError, match="cannot read the password file"):
         HttpTransport(s)
+
+
+def test_an_embedded_folder_given_relative_is_made_absolute_for_child_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a trial's sampler and children are told (``absolute_url``): a relative ``chdb:``
+    folder is made absolute, its query kept; it was once read as a SQLite file named
+    ``chdb:PATH`` in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    assert absolute_url("chdb:ch") == f"chdb:{tmp_path}/ch"
+    assert absolute_url("chdb:data/ch?database=x") == f"chdb:{tmp_path}/data/ch?database=x"
+    assert absolute_url("chdb:/srv/ch") == "chdb:/srv/ch"
+    assert absolute_url("ts.db") == f"{tmp_path}/ts.db"
+    server = "clickhouse://u@ch.example/db?meta=postgresql%3A%2F%2Fpg%2Fts"
+    assert absolute_url(server) == server

@@ -153,9 +153,13 @@ def _check_postgres(url: str) -> None:
 
 
 def absolute_url(url: str | os.PathLike[str] | None = None) -> str:
-    """:func:`resolve_url` with a relative SQLite path made absolute, for processes that may
-    change directory (children of a trial, a sampler)."""
+    """:func:`resolve_url` with a relative SQLite file or embedded ClickHouse folder
+    (``chdb:PATH``) made absolute, for processes that may change directory (children of a
+    trial, a sampler)."""
     target = resolve_url(url)
+    if target.startswith("chdb:"):
+        path, sep, query = target[len("chdb:") :].partition("?")
+        return f"chdb:{os.path.abspath(os.path.expanduser(path))}{sep}{query}"
     if "://" in target or target.startswith("sqlite:"):
         return target
     return os.path.abspath(target)

@@ -19,10 +19,11 @@ Where ``tunescope compact --keep-raw`` dropped a series' raw samples, the minute
 for them before its ``raw_from``: those are copied as rows (``put_minute_rows``, ``batch``
 rows at a time with the span they cover, each sent again unchanged on a resumed copy), the raw
 samples from ``raw_from`` on as samples, and the findings the source kept before it dropped
-them, so the copy answers windows, counts, latest values and findings as the source does. Access tokens
-are copied by the digest a store keeps of each (SQL stores, ClickHouse's metadata included):
-their clients keep working against the target. Not copied: usage figures kept per ended trial
-(computed again on the target by the first ``tunescope usage`` or by ``tunescope compact``).
+them, so the copy answers windows, counts, latest values and findings as the source does.
+Access tokens are copied by the digest a store keeps of each (SQL stores, ClickHouse's metadata
+included): their clients keep working against the target. Not copied: usage figures kept per
+ended trial (computed again on the target by the first ``tunescope usage`` or by ``tunescope
+compact``).
 """
 
 from __future__ import annotations

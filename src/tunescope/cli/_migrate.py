@@ -57,7 +57,6 @@ from tunescope.store import (
     file_id,
     open_store,
 )
-from tunescope.store._rollup import LEVELS
 
 __all__ = ["BATCH_ITEMS", "migrate"]
 
@@ -65,8 +64,8 @@ BATCH_ITEMS = 100_000
 """Samples (or events, or scalars) a batch carries by default: about 5 MB of JSON, well
 inside a server's limit (a batch past it is split, its parts' ids made from its own)."""
 
-MINUTE = LEVELS[-1]
-"""Seconds a minute row spans."""
+MINUTE = 60
+"""Seconds a minute row spans (what ``minute_rows`` returns, one row a minute)."""
 
 Say = Callable[[str], None]
 

@@ -206,12 +206,7 @@ class RollupsMixin:
             ).fetchone()
             if dry_run or not c:
                 return int(c), int(n), int(b)
-            g = self.dialect.greatest
-            self._q(
-                cur,
-                f"UPDATE series SET raw_from = {g}(COALESCE(raw_from, ?), ?) WHERE id = ?",
-                (cutoff, cutoff, sid),
-            )
+            self._raise_raw_from(cur, sid, cutoff)
             self._q(cur, "DELETE FROM chunks WHERE series_id = ? AND t_last < ?", (sid, cutoff))
             self._touch_series(cur, [sid])  # what was raw is read from the rollups now
         return int(c), int(n), int(b)
@@ -245,14 +240,32 @@ class RollupsMixin:
         last value). What ``tunescope migrate`` copies of a series whose raw samples were
         dropped."""
         with self._tx() as cur:
-            rows = self._q(
-                cur,
-                "SELECT t, n, vmin, vmax, vsum, t_first, t_last, vlast FROM rollups "
-                "WHERE series_id = ? AND level = ? AND t >= ? AND t < ? ORDER BY t"
-                + ("" if limit is None else f" LIMIT {int(limit)}"),
-                (int(series_id), LEVELS[-1], math.floor(lo), math.ceil(hi)),
-            ).fetchall()
+            return self._rows_in(cur, int(series_id), LEVELS[-1], lo, hi, limit)
+
+    def _rows_in(
+        self, cur: Any, sid: int, level: int, lo: float, hi: float, limit: int | None = None
+    ) -> F64:
+        """The series' rollup rows of ``level`` with lo <= t < hi, by time, the first
+        ``limit`` (None: all), inside transaction ``cur``: a (k, 8) array of
+        :data:`~tunescope.store._rollup.RollupRow` fields."""
+        rows = self._q(
+            cur,
+            "SELECT t, n, vmin, vmax, vsum, t_first, t_last, vlast FROM rollups "
+            "WHERE series_id = ? AND level = ? AND t >= ? AND t < ? ORDER BY t"
+            + ("" if limit is None else f" LIMIT {int(limit)}"),
+            (sid, level, math.floor(lo), math.ceil(hi)),
+        ).fetchall()
         return np.asarray(rows, dtype=np.float64).reshape(-1, 8)
+
+    def _raise_raw_from(self, cur: Any, sid: int, cutoff: float) -> None:
+        """Note ``cutoff`` as the series' ``raw_from`` where it is later than the one noted,
+        inside transaction ``cur``."""
+        g = self.dialect.greatest
+        self._q(
+            cur,
+            f"UPDATE series SET raw_from = {g}(COALESCE(raw_from, ?), ?) WHERE id = ?",
+            (cutoff, cutoff, sid),
+        )
 
     @retrying
     def put_minute_rows(
@@ -293,27 +306,14 @@ class RollupsMixin:
             )
             # the hours the span touches, from every minute row they hold (those of raw
             # samples after raw_from too)
-            minutes = np.asarray(
-                self._q(
-                    cur,
-                    "SELECT t, n, vmin, vmax, vsum, t_first, t_last, vlast FROM rollups "
-                    "WHERE series_id = ? AND level = ? AND t >= ? AND t < ? ORDER BY t",
-                    (sid, minute, h0, h1),
-                ).fetchall(),
-                dtype=np.float64,
-            ).reshape(-1, 8)
+            minutes = self._rows_in(cur, sid, minute, h0, h1)
             self._q(
                 cur,
                 "DELETE FROM rollups WHERE series_id = ? AND level = ? AND t >= ? AND t < ?",
                 (sid, hour, h0, h1),
             )
             cur.executemany(insert, [(sid, hour, *r) for r in merge_rows(minutes, hour)])
-            g = self.dialect.greatest
-            self._q(
-                cur,
-                f"UPDATE series SET raw_from = {g}(COALESCE(raw_from, ?), ?) WHERE id = ?",
-                (raw_from, raw_from, sid),
-            )
+            self._raise_raw_from(cur, sid, raw_from)
             self._touch_series(cur, [sid])
 
     @retrying

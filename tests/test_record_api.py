@@ -354,7 +354,7 @@ def test_torch_cuda_memory_is_sampled_on_the_flusher(
 
 
 def test_an_internal_failure_in_a_call_logs_once_and_returns(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    sqlite_url: str, db: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def broken(self: object) -> None:
         raise RuntimeError("internal bug")
@@ -371,8 +371,20 @@ def test_an_internal_failure_in_a_call_logs_once_and_returns(
             with trial.evaluation():
                 pass
         assert list(trial.watch([1, 2, 3])) == [1, 2, 3]
+
+        class Full:  # log's own guard (it has no wrapper): a buffer that fails inside
+            def append(self, row: object) -> None:
+                raise RuntimeError("internal bug")
+
+        kept, trial._rec.scalars = trial._rec.scalars, Full()  # type: ignore[union-attr,assignment]
+        for i in range(3):
+            assert trial.log(step=i, loss=1.0) is None
+        trial._rec.scalars = kept  # type: ignore[union-attr]
+        trial.log(step=9, loss=2.0)
     assert len(_warnings(caplog, "Trial.mark failed")) == 1
     assert len(_warnings(caplog, "Trial.checkpoint failed")) == 1
+    assert len(_warnings(caplog, "Trial.log failed")) == 1
+    assert [(s.step, s.value) for s in db.scalars(trial.id, "loss")] == [(9, 2.0)]
 
 
 @pytest.mark.ml

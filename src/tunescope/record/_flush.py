@@ -261,7 +261,9 @@ class Flusher:
         this thread, so the wait for its device never falls on training; one that cannot be
         read, or is not finite, is dropped with one warning per name."""
         out: list[ScalarRow] = []
-        for name, step, t, v in raw:
+        off = _clock.at(0.0)  # Trial.log kept the monotonic clock: the trial's, now
+        for name, step, mono, v in raw:
+            t = off + mono
             if type(v) is float:
                 out.append((name, step, t, v))
                 continue

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 
 from tunescope._once import Once
 
-__all__ = ["LOG", "Once", "guarded", "once"]
+__all__ = ["LOG", "Once", "guarded", "once", "skipped"]
 
 LOG = logging.getLogger("tunescope.record")
 
@@ -27,25 +27,32 @@ once = Once(LOG)
 """Process-wide instance, for problems that are not tied to one trial."""
 
 
+def skipped(what: str, exc: Exception) -> None:
+    """Say, once per ``what`` (an SDK function's qualified name), that it failed inside and
+    was skipped: what :func:`guarded` does, for a function on the training loop's path that
+    catches its own exceptions rather than pay for a wrapper's call."""
+    once.warn(
+        f"guarded:{what}",
+        "tunescope: %s failed and was skipped (%s: %s); training continues",
+        what,
+        type(exc).__name__,
+        exc,
+    )
+
+
 def guarded(default: Any = None) -> Callable[[F], F]:
     """Decorate a public SDK function: an internal exception logs once and returns
     ``default``. Use only where the function runs no user code."""
 
     def wrap(fn: F) -> F:
-        key = f"guarded:{fn.__qualname__}"
+        what = fn.__qualname__
 
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
             except Exception as exc:  # never into training
-                once.warn(
-                    key,
-                    "tunescope: %s failed and was skipped (%s: %s); training continues",
-                    fn.__qualname__,
-                    type(exc).__name__,
-                    exc,
-                )
+                skipped(what, exc)
                 return default
 
         return cast(F, inner)

@@ -76,8 +76,9 @@ class Recorder:
         trial's clock, by the flusher."""
         self.events: deque[EventRow] = deque(maxlen=MAX_BUFFER)
         self.scalars: deque[tuple[str, int | None, float, object]] = deque(maxlen=MAX_BUFFER)
-        """(name, step, t, value): value a float, or a detached one-element tensor that the
-        flusher converts (``Trial.log`` never reads a tensor in the training thread)."""
+        """(name, step, ``time.monotonic()``, value): value a float, or a detached one-element
+        tensor; the flusher puts the time on the trial's clock and converts the tensor
+        (``Trial.log`` never reads a tensor in the training thread)."""
         self.closed = False
 
 

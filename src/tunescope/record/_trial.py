@@ -52,7 +52,7 @@ from tunescope.record import _state
 from tunescope.record._env import process_rank, restore_env, set_env, trial_env
 from tunescope.record._flush import Flusher, flush_period
 from tunescope.record._launch import Supervised
-from tunescope.record._safety import LOG, Once, guarded, once
+from tunescope.record._safety import LOG, Once, guarded, once, skipped
 from tunescope.record._watch import Watched
 from tunescope.store import Batch, TrialEnd, TrialSpec, Writer, new_key, os_user
 
@@ -71,6 +71,11 @@ __all__ = [
 
 ENTER_WAIT_S = 0.5
 """Longest entering a run or a trial holds the training thread, counted from the call."""
+
+_monotonic = time.monotonic
+"""``Trial.log``'s clock: a reading the flusher puts on the trial's axis (one C call here)."""
+_hooked = False
+"""Whether the optimizer hook is in: once it is, ``Trial.log`` no longer looks for torch."""
 
 WAKE_MARGIN_S = 0.15
 """Of :data:`ENTER_WAIT_S`, what is left for the work after the waits: a thread whose wait
@@ -483,7 +488,6 @@ class Trial:
         if events is not None:
             events.append((kind, t0, name, step, duration, None, None))
 
-    @guarded()
     def log(self, step: int | None = None, **values: Any) -> None:
         """Record scalars (``loss=…``, ``**{"eval/accuracy": …}``). Values that are not
         finite numbers are skipped with one warning per name.
@@ -499,19 +503,27 @@ class Trial:
 
         The call is on the training loop's path, once a step, usually right after work that
         left the processor's caches cold: a finite Python float (``loss.item()``) takes the
-        shortest path, a tuple appended (``make bench-peers`` times it in the loop)."""
-        rec = self._rec
-        if rec is None or rec.closed or self._replica:
-            return
-        _state.ensure_hook()
-        t = _clock.now()
-        st = step if step is None or step.__class__ is int else int(step)
-        append = rec.scalars.append
-        for key, v in values.items():
-            if v.__class__ is float and v - v == 0.0:  # finite (nan - nan, inf - inf: nan)
-                append((key, st, t, v))
-            else:
-                self._log_other(append, key, st, t, v)
+        shortest path, a tuple appended (``make bench-peers`` times it in the loop). It is
+        guarded as every SDK call is (an internal error logs once and is skipped), by a
+        ``try`` of its own: :func:`~tunescope.record._safety.guarded`'s wrapper would cost a
+        call and two dicts of keywords."""
+        global _hooked
+        try:
+            rec = self._rec
+            if rec is None or rec.closed or self._replica:
+                return
+            if not _hooked:  # the hook, once in, stays: no lookup of torch on every step
+                _hooked = _state.ensure_hook()
+            t = _monotonic()
+            st = step if step is None or step.__class__ is int else int(step)
+            append = rec.scalars.append
+            for key, v in values.items():
+                if v.__class__ is float and v - v == 0.0:  # finite (nan - nan, inf: nan)
+                    append((key, st, t, v))
+                else:
+                    self._log_other(append, key, st, t, v)
+        except Exception as exc:  # never into training
+            skipped("Trial.log", exc)
 
     def _log_other(self, append: Any, key: str, st: int | None, t: float, v: Any) -> None:
         """:meth:`log` of a value other than a finite float: a tensor (see there), a number

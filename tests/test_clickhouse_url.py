@@ -115,6 +115,12 @@ def test_an_embedded_folder_given_relative_is_made_absolute_for_child_processes(
     assert absolute_url("chdb:ch") == f"chdb:{tmp_path}/ch"
     assert absolute_url("chdb:data/ch?database=x") == f"chdb:{tmp_path}/data/ch?database=x"
     assert absolute_url("chdb:/srv/ch") == "chdb:/srv/ch"
+    assert absolute_url("chdb:///srv/ch") == "chdb:/srv/ch"
+    # chdb://ch is the relative folder ch (the parser drops the //): absolute, not //ch
+    assert absolute_url("chdb://ch?meta=m.db") == f"chdb:{tmp_path}/ch?meta=m.db"
     assert absolute_url("ts.db") == f"{tmp_path}/ts.db"
     server = "clickhouse://u@ch.example/db?meta=postgresql%3A%2F%2Fpg%2Fts"
     assert absolute_url(server) == server
+    relative = parse_url("chdb://ch")
+    monkeypatch.chdir("/")
+    assert parse_url(f"chdb:{tmp_path}/ch").path == relative.path

@@ -27,6 +27,8 @@ PUBLIC = {
         "__version__",
     },
     "tunescope.store": {
+        "chdb_folder",
+        "made_key",
         "open_store",
         "resolve_url",
         "Store",

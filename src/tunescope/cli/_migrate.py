@@ -29,7 +29,6 @@ compact``).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -52,9 +51,11 @@ from tunescope.store import (
     Store,
     TrialInfo,
     TrialSpec,
+    chdb_folder,
     check_url,
     display,
     file_id,
+    made_key,
     open_store,
 )
 
@@ -97,8 +98,7 @@ class Source:
         made from its place, the same every time."""
         if self.trial.key:
             return self.trial.key
-        made = f"{self.project}\0{self.run.name}\0{self.trial.name}".encode()
-        return hashlib.sha256(made).hexdigest()[:32]
+        return made_key(f"{self.project}\0{self.run.name}\0{self.trial.name}")
 
     @property
     def label(self) -> str:
@@ -157,7 +157,7 @@ def _same_store(a: str, b: str) -> bool:
     if fa is not None and fa == fb:
         return True
     if a.startswith("chdb:") and b.startswith("chdb:"):
-        (pa, _, qa), (pb, _, qb) = (x[len("chdb:") :].partition("?") for x in (a, b))
+        (pa, qa), (pb, qb) = chdb_folder(a), chdb_folder(b)
         ra, rb = (os.path.realpath(os.path.expanduser(x)) for x in (pa, pb))
         return ra == rb and qa == qb
     return False
@@ -346,7 +346,7 @@ class _Sender:
     def send(self, batch: Batch, items: int = 0) -> int:
         bid = f"migrate:{self.key}:{self.parts}"
         if len(bid) > 64:  # a key longer than batch ids allow: its digest
-            bid = "migrate:" + hashlib.sha256(bid.encode()).hexdigest()[:32]
+            bid = "migrate:" + made_key(bid)
         whole = Batch(
             self.key,
             id=bid,

@@ -21,13 +21,13 @@ refused (ConfigError): two primaries would both end the trial.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tunescope._env import ENV_JOB_ID
 from tunescope.errors import ConfigError
+from tunescope.store import made_key
 
 __all__ = ["Job", "find_job", "job_key"]
 
@@ -51,8 +51,7 @@ class Job:
 def job_key(project: str, run: str, job_id: str, ordinal: str = "") -> str:
     """The trial key every node of job ``job_id`` derives alike (32 hex digits);
     ``ordinal`` tells apart the trials of one job in one run (the trial's name)."""
-    raw = "\0".join(("tunescope-job", project, run, job_id, ordinal)).encode()
-    return hashlib.sha256(raw).hexdigest()[:32]
+    return made_key("\0".join(("tunescope-job", project, run, job_id, ordinal)))
 
 
 def _launcher_args(command: Sequence[str]) -> list[str] | None:

@@ -35,6 +35,7 @@ from tunescope.store._open import open_store
 from tunescope.store._url import (
     DEFAULT_STORE,
     absolute_url,
+    chdb_folder,
     check_url,
     display,
     file_id,
@@ -51,6 +52,7 @@ from tunescope.store.produce._batch import (
     ScalarRow,
     TrialEnd,
     TrialSpec,
+    made_key,
     new_key,
 )
 from tunescope.store.produce._spool import (
@@ -103,6 +105,7 @@ __all__ = [
     "Window",
     "Writer",
     "absolute_url",
+    "chdb_folder",
     "check_json",
     "check_url",
     "classify",
@@ -110,6 +113,7 @@ __all__ = [
     "export_rows",
     "file_id",
     "load",
+    "made_key",
     "new_key",
     "open_store",
     "os_user",

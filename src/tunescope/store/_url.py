@@ -23,6 +23,7 @@ from tunescope.errors import ConfigError
 __all__ = [
     "DEFAULT_STORE",
     "absolute_url",
+    "chdb_folder",
     "check_url",
     "display",
     "http_target",
@@ -158,11 +159,19 @@ def absolute_url(url: str | os.PathLike[str] | None = None) -> str:
     trial, a sampler)."""
     target = resolve_url(url)
     if target.startswith("chdb:"):
-        path, sep, query = target[len("chdb:") :].partition("?")
-        return f"chdb:{os.path.abspath(os.path.expanduser(path))}{sep}{query}"
+        path, query = chdb_folder(target)
+        folder = os.path.abspath(os.path.expanduser(path))
+        return f"chdb:{folder}?{query}" if query else f"chdb:{folder}"
     if "://" in target or target.startswith("sqlite:"):
         return target
     return os.path.abspath(target)
+
+
+def chdb_folder(url: str) -> tuple[str, str]:
+    """An embedded ClickHouse URL's folder as spelled and its query (without the ``?``):
+    ``chdb:PATH[?QUERY]``, where ``chdb:///abs/path`` names ``/abs/path``."""
+    path, _, query = url[len("chdb:") :].partition("?")
+    return (path[2:] if path.startswith("//") else path), query
 
 
 def project_of(url: str) -> str:

@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from tunescope._env import ENV_CA_BUNDLE, ENV_CLICKHOUSE_PASSWORD
 from tunescope.errors import ConfigError
-from tunescope.store._url import redact
+from tunescope.store._url import chdb_folder, redact
 
 __all__ = ["EMBEDDED_DATABASE", "Embedded", "Server", "meta_url", "parse_url"]
 
@@ -170,10 +170,7 @@ def _server(url: str, *, tls: bool) -> Server:
 
 
 def _embedded(url: str) -> Embedded:
-    rest = url[len("chdb:") :]
-    path, _, _ = rest.partition("?")
-    if path.startswith("//"):
-        path = path[2:]  # chdb:///abs/path -> /abs/path
+    path, _ = chdb_folder(url)
     if not path:
         raise ConfigError(f"ClickHouse URL {url!r} names no folder: use chdb:PATH")
     shown = redact(url)

@@ -73,6 +73,13 @@ def new_key() -> str:
     return uuid.uuid4().hex
 
 
+def made_key(text: str) -> str:
+    """A key for a trial or a batch made from ``text``, the same every time and in every
+    process (32 hex digits of its SHA-256): for what several writers, or one writer's
+    retries, must name alike."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     """How to create a trial the store has not seen yet: its run (by name in ``project``,
@@ -217,7 +224,7 @@ class Batch:
                 kinds[kind].append(r)
             part = Batch(
                 trial=self.trial,
-                id=hashlib.sha256(f"{self.id}/{i}/{n}".encode()).hexdigest()[:32],
+                id=made_key(f"{self.id}/{i}/{n}"),
                 spec=self.spec,
                 samples=tuple(kinds[0]),
                 events=tuple(kinds[1]),

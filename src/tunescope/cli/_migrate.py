@@ -69,6 +69,8 @@ MINUTE = 60
 """Seconds a minute row spans (what ``minute_rows`` returns, one row a minute)."""
 
 Say = Callable[[str], None]
+Extents = dict[int, tuple[float, float, int] | None]
+"""Series id: (first t, last t, sample count), None for a series without samples."""
 
 
 @dataclass(frozen=True)
@@ -279,7 +281,9 @@ def _copy_trial(src: Store, dst: Store, item: Source, batch: int, say: Say) -> N
     if t is _NO_TRIAL:
         say(f"{fmt.printable(run.name)}: a run without trials, copied")
         return
-    have = _counts(src, t.id)
+    series = src.list_series(t.id)
+    extents = _extents(src, series)  # read once: for the counts and for the copy
+    have = _tally(src, t.id, series, extents)
     there = _target_trial(dst, item.key)
     if there is not None and _counts(dst, there.id) == have and not _differing(src, t, dst, there):
         say(f"{item.label}: already copied ({have.items():,} item(s))")
@@ -290,19 +294,18 @@ def _copy_trial(src: Store, dst: Store, item: Source, batch: int, say: Say) -> N
     for host, where in hosts.items():
         if where:
             writer.send(Batch(item.key, host=host, where=where))
-    series = src.list_series(t.id)
     raw_from = _raw_from(src, series)
     there_ids = {}  # every series, those without a sample too, each with its note
     for s in series:
         there_ids[s.id] = dst.series(tid, s.metric, s.device, s.note, s.host).id
-    for host, rows in _sample_parts(src, series, batch, raw_from):
+    for host, rows in _sample_parts(src, series, extents, batch, raw_from):
         writer.send(Batch(item.key, host=host, samples=tuple(rows)), len(rows))
     for events in _event_parts(src, t, batch):
         writer.send(Batch(item.key, host=t.host, events=tuple(events)), len(events))
     for scalars in _scalar_parts(src, t.id, batch):
         writer.send(Batch(item.key, host=t.host, scalars=tuple(scalars)), len(scalars))
     if raw_from:
-        n = _copy_minute_rows(src, dst, series, there_ids, raw_from, batch)
+        n = _copy_minute_rows(src, dst, series, extents, there_ids, raw_from, batch)
         say(f"  {item.label}: {n:,} minute row(s) of {len(raw_from)} series copied")
     _copy_kept_findings(src, t.id, dst, tid)
     dst.update_trial(
@@ -385,7 +388,7 @@ def _slices(lo: float, hi: float, n: int) -> Iterator[tuple[float, float]]:
 
 
 def _sample_parts(
-    src: Store, series: list[Any], batch: int, raw_from: dict[int, float]
+    src: Store, series: list[Any], extents: Extents, batch: int, raw_from: dict[int, float]
 ) -> Iterator[tuple[str, list[SampleRow]]]:
     """The samples of every series as (host, rows) of at most ``batch`` rows, one host each,
     each series read in time slices of about ``batch`` samples; of a series in ``raw_from``,
@@ -393,7 +396,7 @@ def _sample_parts(
     rows: list[SampleRow] = []
     host: str | None = None
     for s in series:
-        extent = src.series_extent(s.id)
+        extent = extents[s.id]
         if extent is None:
             continue
         if host is not None and s.host != host and rows:
@@ -430,6 +433,7 @@ def _copy_minute_rows(
     src: Store,
     dst: Store,
     series: list[Any],
+    extents: Extents,
     there_ids: dict[int, int],
     raw_from: dict[int, float],
     batch: int,
@@ -443,7 +447,7 @@ def _copy_minute_rows(
     copied = 0
     for s in series:
         until = raw_from.get(s.id)
-        extent = src.series_extent(s.id)
+        extent = extents[s.id]
         if until is None or extent is None:
             continue
         lo = float(min(math.floor(extent[0] / MINUTE) * MINUTE, until))
@@ -524,12 +528,19 @@ def _target_trial(dst: Store, key: str) -> TrialInfo | None:
         return None
 
 
+def _extents(st: Store, series: list[Any]) -> Extents:
+    """Each series' (first, last, count) by id; None for one without samples."""
+    return {s.id: st.series_extent(s.id) for s in series}
+
+
 def _counts(st: Store, tid: int) -> Counts:
     series = st.list_series(tid)
-    samples = 0
-    for s in series:
-        extent = st.series_extent(s.id)
-        samples += 0 if extent is None else extent[2]
+    return _tally(st, tid, series, _extents(st, series))
+
+
+def _tally(st: Store, tid: int, series: list[Any], extents: Extents) -> Counts:
+    """A trial's counts, its series and their extents read already."""
+    samples = sum(e[2] for e in extents.values() if e is not None)
     scalars = sum(len(st.scalars(tid, name)) for name in st.scalar_names(tid))
     return Counts(len(series), samples, st.count_events(tid), scalars)
 

@@ -33,6 +33,7 @@ from typing import Any
 
 __all__ = [
     "MAX_BUFFER",
+    "OPTIMIZER_MODULE",
     "WAKE_AT",
     "Recorder",
     "current",
@@ -138,6 +139,8 @@ def any_active() -> bool:
     return bool(_stack)
 
 
+OPTIMIZER_MODULE = "torch.optim.optimizer"
+"""torch's module whose global step hook records optimizer steps; looked for, never imported."""
 _handle: object | None = None
 
 
@@ -146,7 +149,7 @@ def ensure_hook() -> bool:
     global _handle
     if _handle is not None:
         return True
-    mod = sys.modules.get("torch.optim.optimizer")
+    mod = sys.modules.get(OPTIMIZER_MODULE)
     register = getattr(mod, "register_optimizer_step_post_hook", None)
     if register is None:
         return False

@@ -76,6 +76,8 @@ _monotonic = time.monotonic
 """``Trial.log``'s clock: a reading the flusher puts on the trial's axis (one C call here)."""
 _hooked = False
 """Whether the optimizer hook is in: once it is, ``Trial.log`` no longer looks for torch."""
+_modules = sys.modules
+"""Where ``Trial.log`` looks for torch's optimizer module (one dict lookup, no call)."""
 
 WAKE_MARGIN_S = 0.15
 """Of :data:`ENTER_WAIT_S`, what is left for the work after the waits: a thread whose wait
@@ -512,7 +514,7 @@ class Trial:
             rec = self._rec
             if rec is None or rec.closed or self._replica:
                 return
-            if not _hooked:  # the hook, once in, stays: no lookup of torch on every step
+            if not _hooked and _state.OPTIMIZER_MODULE in _modules:  # once in, it stays
                 _hooked = _state.ensure_hook()
             t = _monotonic()
             st = step if step is None or step.__class__ is int else int(step)

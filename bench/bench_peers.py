@@ -589,6 +589,7 @@ def _measure(
     WORK[work](loop, seconds)
     t0, t1 = loop.t0, loop.t1
     calls = np.array(loop.call_ns) / 1000.0
+    slow = calls > TARGET_STEP_P99_US
     batched = _per_call_us(lambda i: mark(1_000_000 + i), batch[0], batch[1])
     return {
         "t0": t0,
@@ -598,10 +599,8 @@ def _measure(
         "monitor_mib": _tree_rss(procs) / MIB,
         "step_med_us": float(np.median(calls)),
         "step_p99_us": float(np.percentile(calls, 99)),
-        "step_slow": int((calls > TARGET_STEP_P99_US).sum()),
-        "step_slow_preempted": int(
-            ((calls > TARGET_STEP_P99_US) & np.array(loop.call_preempted, dtype=bool)).sum()
-        ),
+        "step_slow": int(slow.sum()),
+        "step_slow_preempted": int((slow & np.array(loop.call_preempted, dtype=bool)).sum()),
         "step_empty_med_us": float(np.median(np.array(loop.empty_ns) / 1000.0)),
         "step_batched_us": batched,
         "truth": loop.truth,

@@ -587,7 +587,9 @@ def count(fault: Fault, phase: str, cell: Cell, result: dict[str, Any]) -> Row:
     span = end - first - gap_s
     expected = int(span / INTERVAL) + 1 if span > 1e-6 else 0
     distinct = set(t)
-    outside = {x for x in distinct if x <= end + 1e-6 and not any(a <= x <= a + d for a, d in gaps)}
+    # a gap spans the time between two samples (a restarted sampler's first one, or those
+    # around a starved schedule's hole): those two are kept, not inside it
+    outside = {x for x in distinct if x <= end + 1e-6 and not any(a < x < a + d for a, d in gaps)}
     hole = 0.0
     for a, b in itertools.pairwise([*sorted(outside), end]):
         if not any(g < b and g + d > a for g, d in gaps):  # a recorded gap explains it

@@ -1,9 +1,12 @@
 """The sampling loop: probes → batches for the trial's writer, on a fixed schedule, until told
 to stop or the trial's root process ends.
 
-Timing: the first sample is taken at once; sample ``k`` is due ``k x interval`` seconds after
-it on the monotonic clock, so delays never accumulate (a sample that comes late is followed by
-the next one on schedule; slots missed entirely are skipped). Waiting is
+Timing: the first sample is taken at once; slot ``k`` is the ``k``-th interval after it on the
+monotonic clock, and each slot gets one sample, taken at its start, so delays never accumulate.
+A sample that comes late does not shift the schedule: the next one is due at the next slot's
+start, or :data:`SPACING` intervals after the late one if that is later (rates over a few
+milliseconds are mostly clock-tick noise), so a late wake-up costs no slot. A slot with no sample
+(the machine left the sampler no CPU for all of it) is recorded (see :data:`STARVED`). Waiting is
 ``threading.Event.wait``, so a stop request is acted on at once. Stored times are wall-clock
 UNIX seconds taken at the start of each sample, strictly increasing.
 
@@ -54,14 +57,14 @@ __all__ = [
 MIN_INTERVAL = 0.1
 """The shortest sampling interval accepted, seconds."""
 
-STARVED_INTERVALS = 2.0
-"""A scheduled sample this many intervals or more after the previous one (the machine was
-too busy to run the sampler on time, so slots were skipped) records the hole as a
-``sampler_gap`` event ("sampler starved"): every slot of a trial is sampled or accounted
-for, never silently missing."""
+SPACING = 0.25
+"""The least time between two scheduled samples, in intervals: a late sample's successor waits
+this long after it even when its slot has begun (its start stays in that slot)."""
 
 STARVED = "sampler starved"
-"""The name of a ``sampler_gap`` event recorded for a starved schedule."""
+"""The name of the ``sampler_gap`` event recorded when a slot got no sample (the machine was too
+busy to run the sampler for all of it): it spans the hole, from the sample before to the one
+after, so every slot of a trial is sampled or accounted for, never silently missing."""
 
 _FINAL_MIN_GAP = 0.05
 """A final sample closer than this (s) to the previous one is not taken: rates over a few
@@ -357,7 +360,7 @@ class Sampler:
     (>= :data:`MIN_INTERVAL`); ``gpu`` the GPU backend or None for none; ``gap_since``: this
     sampler replaces one that died, seen alive last at that time: the first sample records a
     ``sampler_gap`` event over the time without samples; ``note_starved``: record a starved
-    schedule's holes as ``sampler_gap`` events (see :data:`STARVED_INTERVALS`; a node
+    schedule's holes as ``sampler_gap`` events (see :data:`STARVED`; a node
     sampler, which records no events, says False); ``flush_every``: seconds between
     the hand-overs :meth:`run` makes (``math.inf``: none, the samples are kept for a
     :meth:`flush` by hand). Call :meth:`sample` and
@@ -413,6 +416,7 @@ class Sampler:
         self._last_t = -math.inf
         self._last_mono: float | None = None
         self._first_mono: float | None = None
+        self._slot = 0  # the schedule's slot of the last sample (see run)
         self._flushed_mono: float | None = None
         self.samples = 0
         """Samples taken so far."""
@@ -508,38 +512,37 @@ class Sampler:
     # ------------------------------------------------------------------ the loop
     def run(self, stop: threading.Event, root: Root | None = None) -> None:
         """Sample every ``interval`` on a fixed schedule anchored at the first sample until
-        ``stop`` is set or ``root`` ended, flushing every ``flush_every`` seconds. Takes (and
-        flushes) the first sample itself if none was taken yet; called again, it goes on
-        with the same schedule."""
+        ``stop`` is set or ``root`` ended, flushing every ``flush_every`` seconds (see the
+        module doc). Takes (and flushes) the first sample itself if none was taken yet;
+        called again, it goes on with the same schedule."""
         if self._first_mono is None:
             self.sample()
             self.flush()
-        assert self._first_mono is not None
-        t0 = self._first_mono
-        k = max(1, math.floor((self._mono() - t0) / self.interval) + 1)  # the next slot
+        assert self._first_mono is not None and self._last_mono is not None
+        t0, step = self._first_mono, self.interval
         while not stop.is_set():
             if root is not None and root.ended():
                 break
-            delay = t0 + k * self.interval - self._mono()
+            at = max(t0 + (self._slot + 1) * step, self._last_mono + SPACING * step)
+            delay = at - self._mono()
             if delay > 0 and stop.wait(delay):
                 break
-            before = (self._last_t, self._last_mono)
+            before = (self._last_t, self._slot)
             self.sample()
+            # the slot this sample started in (never the last one's again: a wait may end a
+            # hair early); slots passed over in between got none
+            self._slot = max(self._slot + 1, math.floor((self._last_mono - t0) / step + 1e-9))
             self._note_starved(*before)
             due = (
                 self._flushed_mono is None or self._mono() - self._flushed_mono >= self.flush_every
             )
             if due and math.isfinite(self.flush_every):  # infinite: keep them all for now
                 self.flush()
-            # Next slot after now: a late sample does not shift the schedule.
-            k = max(k + 1, math.floor((self._mono() - t0) / self.interval) + 1)
 
-    def _note_starved(self, t_prev: float, mono_prev: float | None) -> None:
-        """Record the hole before the sample just taken as a ``sampler_gap`` when it spans
-        :data:`STARVED_INTERVALS` or more (see there)."""
-        if not self._note_starved_gaps or mono_prev is None or self._last_mono is None:
-            return
-        if self._last_mono - mono_prev < STARVED_INTERVALS * self.interval:
+    def _note_starved(self, t_prev: float, slot_prev: int) -> None:
+        """Record the hole between the previous sample and the one just taken as a
+        ``sampler_gap`` (:data:`STARVED`) when a slot between them got no sample."""
+        if not self._note_starved_gaps or self._slot - slot_prev < 2:
             return
         hole = self._last_t - t_prev
         with self._lock:

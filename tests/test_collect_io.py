@@ -285,3 +285,36 @@ def test_interface_and_namespace_changes_never_make_a_rate_negative_or_jump(
     got = probe.sample(5.0)
     assert (got["net.recv"], got["net.sent"]) == (2000, 4000)  # bytes/s over 2 s
     child.send("")
+
+
+def test_a_process_that_moves_to_another_namespace_is_read_there(procs: list[Proc]) -> None:
+    """The probe keeps its ``/proc/PID/net/dev`` descriptor between samples, and a
+    descriptor stays bound to the namespace it was opened in: when the process moves to a
+    network namespace of its own (``unshare(CLONE_NEWNET)``), the probe reads that one (only
+    ``lo``: no interface counted), not the one it left, and it gives no rate across the move."""
+    child = Proc(
+        python(
+            "import ctypes, sys; print('up', flush=True); sys.stdin.readline()\n"
+            "assert ctypes.CDLL(None).unshare(0x40000000) == 0  # CLONE_NEWNET\n"
+            "print('moved', flush=True); sys.stdin.readline()"
+        )
+    )
+    procs.append(child)
+    assert child.expect() == "up"
+    here = set(parse_net_dev(Path("/proc/self/net/dev").read_text(encoding="ascii")))
+    assert here, "this namespace has an interface besides lo"
+    probe = HostProbe(child.p.pid)
+    try:
+        probe.sample(0.0)
+        probe.sample(1.0)
+        assert set(probe._net or {}) == here
+        child.send("")
+        assert child.expect() == "moved"
+        got = probe.sample(2.0)
+        assert "net.recv" not in got  # another namespace: a new baseline
+        assert probe._net == {}
+        got = probe.sample(3.0)
+        assert (got["net.recv"], got["net.sent"]) == (0.0, 0.0)
+    finally:
+        probe.close()
+        child.send("")

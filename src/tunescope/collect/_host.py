@@ -97,8 +97,10 @@ nothing more.
 
 Cost per sample: three ``pread`` calls per process of the tree (``stat``, ``statm``, ``io``),
 a ``smaps_rollup`` read per process at a full read (above), ``/proc/stat``,
-``/proc/meminfo``, the namespace's ``/proc/PID/net/dev``, and a ``/proc`` listing when a
-process was made anywhere on the machine since the previous sample.
+``/proc/meminfo``, the namespace's ``/proc/PID/net/dev`` (a ``pread`` of a descriptor kept
+while the process it was read through stays in that namespace: a ``stat`` of its
+``/proc/PID/ns/net`` tells), and a ``/proc`` listing when a process was made anywhere on the
+machine since the previous sample.
 """
 
 from __future__ import annotations
@@ -386,6 +388,7 @@ class HostProbe:
         self._ppid: dict[Key, int] = {}
         self._net: dict[str, tuple[float, float]] | None = None
         self._netns: int | None = None
+        self._net_fd: tuple[int, int, int] | None = None  # (pid, namespace, fd) of net/dev
         self._last: float | None = None
         self._capacity: float | None = None
         self._limits_at: float | None = None
@@ -495,6 +498,7 @@ class HostProbe:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._host_fds = {}
+        self._close_net()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -755,11 +759,10 @@ class HostProbe:
         pids = [self.root_pid, *(i.pid for i in procs if i.pid != self.root_pid)]
         for pid in pids:
             try:
-                ns = os.stat(self._proc / str(pid) / "ns" / "net").st_ino
-                text = (self._proc / str(pid) / "net" / "dev").read_text(encoding="ascii")
+                ns, text = self._net_dev(pid)
+                got = (ns, parse_net_dev(text.decode("ascii")))
             except (OSError, UnicodeDecodeError):
                 continue
-            got = (ns, parse_net_dev(text))
             break
         if got is None:
             if procs:  # a tree that has ended has no namespace left to read: nothing to say
@@ -778,6 +781,30 @@ class HostProbe:
             values["net.recv"] = recv / (mono - self._last)
             values["net.sent"] = sent / (mono - self._last)
         self._net, self._netns = now, ns
+
+    def _net_dev(self, pid: int) -> tuple[int, bytes]:
+        """(namespace inode, ``/proc/PID/net/dev``) of process ``pid``, through the descriptor
+        kept from the previous read while ``pid`` is in the same namespace (a descriptor is
+        bound to the namespace it was opened in: a process that moved, or a pid that left,
+        opens anew)."""
+        ns = os.stat(f"{self._proc_s}/{pid}/ns/net").st_ino
+        kept = self._net_fd
+        if kept is None or kept[0] != pid or kept[1] != ns:
+            self._close_net()
+            fd = os.open(f"{self._proc_s}/{pid}/net/dev", os.O_RDONLY | os.O_CLOEXEC)
+            self._net_fd = kept = (pid, ns, fd)
+        size = _READ
+        text = os.pread(kept[2], size, 0)
+        while len(text) >= size:  # many interfaces
+            size *= 4
+            text = os.pread(kept[2], size, 0)
+        return ns, text
+
+    def _close_net(self) -> None:
+        if self._net_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._net_fd[2])
+            self._net_fd = None
 
     # ------------------------------------------------------------------ the whole host
     def _host_read(self, name: str, size: int) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from collect_helpers import StoreSink
 from tunescope._once import Once
-from tunescope.collect import ReplayBackend
+from tunescope.collect import ReplayBackend, _gpuprobe
 from tunescope.collect._gpuprobe import GpuProbe
 from tunescope.collect._loop import Sampler
 from tunescope.collect._where import container_of, where
@@ -201,3 +202,33 @@ def test_the_samplers_first_batch_says_where_for_its_host(
         assert here[socket.gethostname()]["hostname"] == socket.gethostname()
         assert here["launcher"] == {}
         assert {s.host for s in store.list_series(trial.id)} == {socket.gethostname()}
+
+
+def test_a_root_caught_inside_exec_is_read_once_its_environment_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/proc/PID/environ`` and ``cmdline`` read empty while a process is inside ``execve``
+    (its parent may already have been told the exec succeeded): the probe reads again until
+    they show, so the root's ``CUDA_VISIBLE_DEVICES`` is not taken for unset. A process whose
+    environment is empty but whose arguments show (``env -i``) is read as it is, at once."""
+    pid = tmp_path / "4242"
+    pid.mkdir()
+    (pid / "environ").write_bytes(b"")
+    (pid / "cmdline").write_bytes(b"")
+
+    def exec_completes() -> None:
+        (pid / "environ").write_bytes(b"A=1\0CUDA_VISIBLE_DEVICES=1\0")
+        (pid / "cmdline").write_bytes(b"python\0train.py\0")
+
+    timer = threading.Timer(0.05, exec_completes)
+    timer.start()
+    try:
+        got = _gpuprobe._environ_var(4242, "CUDA_VISIBLE_DEVICES", tmp_path)
+    finally:
+        timer.join()
+    assert got == (True, "1")
+    (pid / "environ").write_bytes(b"")  # env -i python train.py
+    waits: list[float] = []
+    monkeypatch.setattr(_gpuprobe.time, "sleep", waits.append)
+    assert _gpuprobe._environ_var(4242, "CUDA_VISIBLE_DEVICES", tmp_path) == (True, None)
+    assert waits == []

@@ -40,6 +40,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from pathlib import Path
 
 from tunescope._gpuid import cuda_to_nvml
@@ -133,10 +134,24 @@ def _pid_namespace(proc: Path, pid: int | str) -> str | None:
         return None
 
 
+EXEC_WAIT_S = 0.2
+"""How long a process caught inside ``execve`` is waited for (see :func:`_environ_var`)."""
+
+
 def _environ_var(pid: int, name: str, proc: Path) -> tuple[bool, str | None]:
-    """(readable, value) of an environment variable of ``pid`` as it was at exec time."""
+    """(readable, value) of an environment variable of ``pid`` as it was at exec time.
+
+    A process caught inside ``execve`` (its new memory in place, its arguments and environment
+    not yet: ``/proc`` shows both empty, for microseconds that a busy machine stretches; the
+    parent of a process just started may already have been told its ``exec`` succeeded) is
+    read again until either shows, for up to :data:`EXEC_WAIT_S`."""
+    base = proc / str(pid)
+    deadline = time.monotonic() + EXEC_WAIT_S
     try:
-        data = (proc / str(pid) / "environ").read_bytes()
+        data = (base / "environ").read_bytes()
+        while not data and not (base / "cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.005)
+            data = (base / "environ").read_bytes()
     except OSError:
         return False, None
     prefix = name.encode() + b"="

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 
@@ -126,6 +127,20 @@ def start_sampler(procs: list[Proc], url: str, trial: int, pid: int, interval: f
 def stop_sampler(s: Proc) -> None:
     s.send("stop")
     assert s.p.wait(timeout=30) == 0
+
+
+def sampled_after(url: str, trial: int, mark: float, n: int = 1, timeout: float = 60.0) -> None:
+    """Wait until the sampler has stored ``n`` samples taken after ``mark`` (wall clock), so
+    that it has seen what the child did before ``mark``, ``n`` times (a loaded machine delays
+    samples: a fixed sleep may see none)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open_store(url) as s:
+            found = s.list_series(trial, "cpu.capacity")
+            if found and (s.read_samples(found[0].id)[0] > mark).sum() >= n:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"the sampler stored fewer than {n} samples after the mark")
 
 
 def series(url: str, trial: int, metric: str) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ from collect_helpers import (
     clean_env,
     make_trial,
     python,
+    sampled_after,
     series,
     start_sampler,
     stop_sampler,
@@ -118,23 +119,24 @@ def test_cpu_mem_rises_by_the_allocation_and_falls_back(sqlite_url: str, procs: 
     """300 MiB allocated and touched: the median of cpu.mem while it is held exceeds the
     median before by 300 MiB within 8% (allocator and interpreter noise is a few MiB), and
     returns within 10% of 300 MiB of the start once freed. Medians of several samples per phase
-    keep one late sample (a loaded machine) from deciding the result."""
+    keep one late sample (a loaded machine) from deciding the result; each phase lasts until
+    the sampler stored 4 samples of it (a loaded machine delays them)."""
     trial = make_trial(sqlite_url)
     child = Proc(python(ALLOCATOR))
     procs.append(child)
     assert child.expect() == "up"
     s = start_sampler(procs, sqlite_url, trial, child.p.pid, 0.2)
-    time.sleep(1.0)
+    sampled_after(sqlite_url, trial, 0.0, n=4)
     t_go = time.time()
     child.send("")
     assert child.expect() == "allocated"
     t_alloc = time.time()
-    time.sleep(1.1)
+    sampled_after(sqlite_url, trial, t_alloc, n=4)
     t_free = time.time()
     child.send("")
     assert child.expect() == "freed"
     t_freed = time.time()
-    time.sleep(1.1)
+    sampled_after(sqlite_url, trial, t_freed, n=4)
     stop_sampler(s)
     t, v = series(sqlite_url, trial, "cpu.mem")
     before = median_between(t, v, 0, t_go)

@@ -31,9 +31,16 @@ from pathlib import Path
 
 import numpy as np
 
-from collect_helpers import Proc, make_trial, python, series, start_sampler, stop_sampler
+from collect_helpers import (
+    Proc,
+    make_trial,
+    python,
+    sampled_after,
+    series,
+    start_sampler,
+    stop_sampler,
+)
 from tunescope.collect._host import HostProbe, parse_net_dev
-from tunescope.store import open_store
 
 MIB = 1024 * 1024
 INTERVAL = 0.2
@@ -50,19 +57,6 @@ def total_bytes(url: str, trial: int, key: str) -> tuple[float, np.ndarray]:
         assert t_cap[i] == ti and i > 0
         total += float(vi) * (ti - t_cap[i - 1])
     return total, v
-
-
-def sampled_after(url: str, trial: int, mark: float, timeout: float = 60.0) -> None:
-    """Wait until the sampler has stored a sample taken after ``mark`` (wall clock), so that
-    it has seen what the child did before ``mark``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with open_store(url) as s:
-            found = s.list_series(trial, "cpu.capacity")
-            if found and s.read_samples(found[0].id)[0].max() > mark:
-                return
-        time.sleep(0.1)
-    raise AssertionError("the sampler stored nothing after the mark")
 
 
 # ---------------------------------------------------------------------- disk

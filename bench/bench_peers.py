@@ -40,7 +40,7 @@ Per phase, measured from inside the training process during the loop:
 Then once per tool, a 24 h series: 86,400 points 1 s apart written through each tool's API,
 bytes on disk per point, and the median time to read it back as a 1,000-point window.
 
-Usage: python bench/bench_peers.py [--rounds 3] [--a-s 20] [--b-s 12] [--f-s 12] [--write-docs]
+Usage: python bench/bench_peers.py [--rounds 3] [--a-s 40] [--b-s 20] [--f-s 20] [--write-docs]
 """
 
 from __future__ import annotations

@@ -384,6 +384,39 @@ def test_pss_is_read_in_full_by_the_rules(
     assert reaped >= forked - 8 * MIB  # not the root's stale half (32 MiB less)
 
 
+def test_memory_that_moves_while_pss_is_read_is_not_counted_twice(
+    procs: list[Proc], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """The process grows 32 MiB of its own pages after statm was read and before its
+    smaps_rollup is (as an allocation under way does on a busy machine): the estimate starts
+    from statm read again after the PSS, so the growth is counted once; cpu.mem stays within
+    1 MiB of a fresh PSS read at the samples after it (an estimate from the earlier statm
+    counted it twice, 32 MiB over, until the next full read)."""
+    from tunescope.collect import _host
+
+    root = Proc(python(SHARED_TREE))
+    procs.append(root)
+    assert root.expect() == "up"
+    real, grown = _host._read_pss, []
+
+    def grows_first(base: str) -> tuple[float, float] | None:
+        if not grown:
+            root.send("grow")
+            assert root.expect(timeout=60) == "done"
+            grown.append(base)
+        return real(base)
+
+    monkeypatch.setattr(_host, "_read_pss", grows_first)
+    monkeypatch.setattr(_host, "PSS_SHARE", 0.0)  # no budget: no periodic read to hide it
+    probe = HostProbe(root.p.pid)
+    request.addfinalizer(probe.close)
+    step = _Steps(root, probe, lambda truth: 1 * MIB)
+    first = step(None)  # read in full, growing meanwhile
+    assert grown
+    for _ in range(3):
+        assert step(None) == pytest.approx(first, abs=1 * MIB)
+
+
 # Scaled down from the issue's 1 GB shared and 1.5 GB spikes to keep the suite's memory
 # bounded on a shared machine: 256 MiB of anonymous pages and 256 MiB of shared memory, both
 # shared by a parent and 4 forked workers, and spikes of 512 MiB.

@@ -27,6 +27,8 @@ exactly what its anonymous RSS drops. What ``statm`` cannot place is counted as 
 upper bound on how far the estimate may be from PSS, per process since the read:
 
 * the file and shmem RSS change, in full (pages another process maps count part);
+* what ``statm`` moved while ``smaps_rollup`` was read (the process's memory moving during the
+  read: the read may hold the move or not), ``statm`` being read again after it, as the base;
 * where the process shared anonymous pages at the read (forked workers, their parent), an
   anonymous drop (up to twice ``Anonymous - Pss_Anon``: the shared pages it mapped), and page
   faults its RSS growth does not explain, in pages (copies on write, which add a page to the
@@ -195,6 +197,7 @@ class _Member:
         "start",
         "stat_fd",
         "statm_fd",
+        "unsure",
         "zombie",
     )
 
@@ -218,6 +221,7 @@ class _Member:
         self.pss: float | None = None  # at the last full read
         self.base: tuple[int, int, int] | None = None  # (anon, shared, faults) then
         self.shared_anon = 0.0  # Anonymous - Pss_Anon then: > 0 when it shared anon pages
+        self.unsure = 0.0  # what statm moved while that read ran, bytes
 
     def estimate(self) -> tuple[float, float]:
         """(PSS now as estimated from the last full read, drift bound), bytes; see the
@@ -226,7 +230,7 @@ class _Member:
             return 0.0, 0.0
         anon0, shared0, faults0 = self.base
         d_anon, d_shared = self.anon - anon0, self.shared - shared0
-        drift = float(abs(d_shared))
+        drift = float(abs(d_shared)) + self.unsure
         if self.shared_anon > 0:
             cap = 2.0 * self.shared_anon
             unexplained = (self.faults - faults0) * _PAGE - max(0, d_anon) - max(0, d_shared)
@@ -602,7 +606,7 @@ class HostProbe:
             return
         t0 = time.thread_time()  # CPU time: a loaded machine does not lengthen it
         for m in members:
-            m.base = (m.anon, m.shared, m.faults)
+            m.base = before = (m.anon, m.shared, m.faults)
             try:
                 got = _read_pss(f"{self._proc_s}/{m.pid}")
             except (FileNotFoundError, ProcessLookupError):
@@ -618,6 +622,11 @@ class HostProbe:
                 )
                 continue
             m.pss, m.shared_anon = (None, 0.0) if got is None else got
+            # statm again: what moved while smaps_rollup was read may be in the PSS or not
+            # (counted twice, or not at all, by an estimate from the earlier base)
+            self._statm(m)
+            m.base = (m.anon, m.shared, m.faults)
+            m.unsure = float(abs(m.anon - before[0]) + abs(m.shared - before[1]))
         self._pss_cost = time.thread_time() - t0
         self._pss_budget -= self._pss_cost
         self._pss_at = mono

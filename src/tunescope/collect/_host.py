@@ -246,6 +246,16 @@ def _read(path: str, size: int = _READ) -> bytes:
         os.close(fd)
 
 
+def _pread_whole(fd: int, size: int) -> bytes:
+    """The whole of the ``/proc`` file open as ``fd``, from offset 0: read into ``size`` bytes,
+    grown fourfold until what is read leaves room (procfs regenerates it at each read)."""
+    text = os.pread(fd, size, 0)
+    while len(text) >= size:
+        size *= 4
+        text = os.pread(fd, size, 0)
+    return text
+
+
 def _stat_fields(proc: str, pid: int) -> list[bytes] | None:
     """``/proc/PID/stat`` fields after the command name (state first), None if unreadable."""
     try:
@@ -802,12 +812,7 @@ class HostProbe:
             self._close_net()
             fd = os.open(f"{self._proc_s}/{pid}/net/dev", os.O_RDONLY | os.O_CLOEXEC)
             self._net_fd = kept = (pid, ns, fd)
-        size = _READ
-        text = os.pread(kept[2], size, 0)
-        while len(text) >= size:  # many interfaces
-            size *= 4
-            text = os.pread(kept[2], size, 0)
-        return ns, text
+        return ns, _pread_whole(kept[2], _READ)  # many interfaces: more than _READ
 
     def _close_net(self) -> None:
         if self._net_fd is not None:
@@ -816,24 +821,24 @@ class HostProbe:
             self._net_fd = None
 
     # ------------------------------------------------------------------ the whole host
-    def _host_read(self, name: str, size: int) -> bytes:
-        """``/proc/NAME`` through a descriptor kept open (procfs regenerates it per read)."""
+    def _host_fd(self, name: str) -> int:
+        """A descriptor of ``/proc/NAME``, kept open (procfs regenerates the file per read)."""
         fd = self._host_fds.get(name)
         if fd is None:
             fd = self._host_fds[name] = os.open(
                 f"{self._proc_s}/{name}", os.O_RDONLY | os.O_CLOEXEC
             )
-        return os.pread(fd, size, 0)
+        return fd
+
+    def _host_read(self, name: str, size: int) -> bytes:
+        """The first ``size`` bytes of ``/proc/NAME`` (see :meth:`_host_fd`)."""
+        return os.pread(self._host_fd(name), size, 0)
 
     def _forks_since_boot(self) -> int | None:
         """The ``processes`` line of ``/proc/stat`` (processes and threads made since boot),
         read with the rest of the file for :meth:`_host_cpu`; None if unreadable."""
-        size = max(_READ, 2 * len(self._host_stat))
-        try:
-            text = self._host_read("stat", size)
-            while len(text) >= size:  # pragma: no cover - a machine with many interrupts
-                size *= 4
-                text = self._host_read("stat", size)
+        try:  # a machine with many interrupts has a long one: read as long as the last
+            text = _pread_whole(self._host_fd("stat"), max(_READ, 2 * len(self._host_stat)))
         except OSError:
             self._host_stat = b""
             return None

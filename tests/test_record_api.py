@@ -57,6 +57,7 @@ def test_log_checkpoint_mark_round_trip(
         trial.checkpoint(single)
         trial.checkpoint(tmp_path / "missing")
         trial.mark("warmup done")
+    trial.log(step=8, loss=0.2)  # after the trial: nothing, and no error
     assert ts.current_trial() is None
     assert trial.id is not None
     assert db.scalar_names(trial.id) == ["eval/accuracy", "loss", "lr"]
@@ -376,10 +377,10 @@ def test_an_internal_failure_in_a_call_logs_once_and_returns(
             def append(self, row: object) -> None:
                 raise RuntimeError("internal bug")
 
-        kept, trial._rec.scalars = trial._rec.scalars, Full()  # type: ignore[union-attr,assignment]
+        kept, trial._sink = trial._sink, Full().append
         for i in range(3):
             assert trial.log(step=i, loss=1.0) is None
-        trial._rec.scalars = kept  # type: ignore[union-attr]
+        trial._sink = kept
         trial.log(step=9, loss=2.0)
     assert len(_warnings(caplog, "Trial.mark failed")) == 1
     assert len(_warnings(caplog, "Trial.checkpoint failed")) == 1

@@ -39,7 +39,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -78,6 +78,8 @@ _hooked = False
 """Whether the optimizer hook is in: once it is, ``Trial.log`` no longer looks for torch."""
 _modules = sys.modules
 """Where ``Trial.log`` looks for torch's optimizer module (one dict lookup, no call)."""
+_OPTIMIZER_MODULE = _state.OPTIMIZER_MODULE
+"""The name it looks up there, bound here: no attribute read of ``_state`` on that path."""
 
 WAKE_MARGIN_S = 0.15
 """Of :data:`ENTER_WAIT_S`, what is left for the work after the waits: a thread whose wait
@@ -207,6 +209,9 @@ class Trial:
         self._entered = False
         self._left = False
         self._replica = False
+        # where log() puts a scalar: the recorder's scalars.append while the trial is open
+        # and records scalars (not a replica); None before, after and otherwise
+        self._sink: Callable[[Any], None] | None = None
         self._end_as: tuple[str, str | None, bool] | None = None
         self._once = Once(LOG)
         self._clocked = False
@@ -363,6 +368,8 @@ class Trial:
         )
         self._flusher.start()
         self._rec = rec
+        if not self._replica:
+            self._sink = rec.scalars.append
         self._prev = _state.push(rec)
         if owner:
             self._env_saved = set_env(trial_env(url, run.name, key, run.interval))
@@ -386,6 +393,7 @@ class Trial:
         if writer is None or self._left:
             return
         self._left = True
+        self._sink = None
         deadline = time.monotonic() + EXIT_WAIT_S
         if rec is not None:
             if self._sampler is not None:
@@ -511,19 +519,19 @@ class Trial:
         call and two dicts of keywords."""
         global _hooked
         try:
-            rec = self._rec
-            if rec is None or rec.closed or self._replica:
+            append = self._sink
+            if append is None:  # not open, or a replica
                 return
-            if not _hooked and _state.OPTIMIZER_MODULE in _modules:  # once in, it stays
+            if not _hooked and _OPTIMIZER_MODULE in _modules:  # once in, it stays
                 _hooked = _state.ensure_hook()
             t = _monotonic()
-            st = step if step is None or step.__class__ is int else int(step)
-            append = rec.scalars.append
+            if step.__class__ is not int and step is not None:
+                step = int(step)
             for key, v in values.items():
                 if v.__class__ is float and v - v == 0.0:  # finite (nan - nan, inf: nan)
-                    append((key, st, t, v))
+                    append((key, step, t, v))
                 else:
-                    self._log_other(append, key, st, t, v)
+                    self._log_other(append, key, step, t, v)
         except Exception as exc:  # never into training
             skipped("Trial.log", exc)
 

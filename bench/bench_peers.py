@@ -24,7 +24,10 @@ Per phase, measured from inside the training process during the loop:
   and its children; tunescope: its sampler and ``tunescope run``'s wrapper; MLflow: none),
   and apart, that of the threads it started in the training process (``/proc/self/task``);
 * the step call, one call at a time inside the loop (median and p99 of each call, µs), and
-  batched after the loop (median µs per call over batches);
+  batched after the loop (median µs per call over batches): only the statement a user writes
+  lies between the two clock reads (:class:`StepCall`); beside it, in the same place, the
+  floors any call pays there (:data:`FLOORS`: an empty call, and a C builtin called with
+  ``trial.log``'s keywords);
 * samples kept: the tool's recorded memory samples timed inside the loop over the ticks a
   sampler keeping its interval exactly records there (:func:`kept_share`; 1.0 is none lost);
   spikes caught (A): a sample inside a spike (up to LAG_S after it) at least
@@ -120,16 +123,48 @@ def _nothing(step: int) -> None:
     """An empty step call: what any call costs in the loop, on this machine."""
 
 
-class Loop:
-    """The training loop's frame: a step every STEP_S, ``mark(step)`` timed one call at a
-    time (every other step; on the others an empty call is timed in the same place: the
-    floor any call costs there); ``body(step)`` does the workload's work."""
+FLOORS = {
+    "empty": "_nothing(step)",
+    "builtin": "dict(step=step, loss=1.0 / (step + 1))",
+}
+"""The floors timed in the loop where the tools' calls are: an empty Python call, and a C
+builtin called with the same keywords as ``trial.log`` (what any call of that shape costs)."""
 
-    def __init__(self, mark: Callable[[int], None]) -> None:
-        self.mark = mark
+
+class StepCall:
+    """The step call ``stmt``, written as a user writes it in the loop (``step`` the step;
+    ``names`` what it uses), compiled three ways so that only the statement is timed, no
+    frame of the bench's: :meth:`timed` runs it between two clock reads and returns the
+    nanoseconds, :meth:`call` runs it untimed, :meth:`batched` runs it ``n`` times between
+    two clock reads and returns the nanoseconds."""
+
+    def __init__(self, stmt: str, names: dict[str, Any]) -> None:
+        ns: dict[str, Any] = {"_clock": time.perf_counter_ns, "_nothing": _nothing, **names}
+        exec(  # the bench's own statements, above and in the phases
+            f"def timed(step):\n    t = _clock()\n    {stmt}\n    return _clock() - t\n"
+            f"def call(step):\n    {stmt}\n"
+            "def batched(first, n):\n    t = _clock()\n"
+            f"    for step in range(first, first + n):\n        {stmt}\n"
+            "    return _clock() - t\n",
+            ns,
+        )
+        self.timed: Callable[[int], int] = ns["timed"]
+        self.call: Callable[[int], None] = ns["call"]
+        self.batched: Callable[[int, int], int] = ns["batched"]
+
+
+class Loop:
+    """The training loop's frame: a step every STEP_S; the tool's step call ``stmt`` made
+    once a step, timed on odd steps; on even steps one of :data:`FLOORS` is timed in the same
+    place (after the body, caches cold) before the call is made untimed; ``body(step)`` does
+    the workload's work."""
+
+    def __init__(self, stmt: str, names: dict[str, Any]) -> None:
+        self.step = StepCall(stmt, names)
+        self.floors = [StepCall(f, {}).timed for f in FLOORS.values()]
         self.call_ns: list[int] = []
         self.call_preempted: list[bool] = []
-        self.empty_ns: list[int] = []
+        self.floor_ns: dict[str, list[int]] = {k: [] for k in FLOORS}
         self.truth: list[tuple[float, float]] = []  # (epoch, PSS of the tree)
         self.spikes: list[tuple[float, float]] = []
         self.workload_bytes = 0.0
@@ -143,27 +178,25 @@ class Loop:
     ) -> None:
         """The loop, once the workload is set up (imports, model, workers): only it is
         measured, between ``on_start`` and ``on_end``."""
-        self.mark(0)  # the tool's first call sets its client up: not one of the loop's
+        self.step.call(0)  # the tool's first call sets its client up: not one of the loop's
         self.on_start()
         self.t0 = time.time()
         end = self.t0 + seconds
         checks = [self.t0 + seconds * f for f in (0.25, 0.5, 0.75)]
+        floors = list(zip(self.floor_ns.values(), self.floors, strict=True))
         step = 1
         while time.time() < end:
             t_step = time.perf_counter()
             body(step)
             switched = _switches()  # outside the timed call, around both alike
             if step % 2:
-                t = time.perf_counter_ns()
-                self.mark(step)
-                self.call_ns.append(time.perf_counter_ns() - t)
+                self.call_ns.append(self.step.timed(step))
                 self.call_preempted.append(_switches() > switched)
-            else:  # the floor: an empty call in the same place (after the body, caches cold)
-                t = time.perf_counter_ns()
-                _nothing(step)
-                self.empty_ns.append(time.perf_counter_ns() - t)
+            else:
+                kept, timed = floors[(step // 2) % len(floors)]
+                kept.append(timed(step))
                 _switches()
-                self.mark(step)
+                self.step.call(step)
             step += 1
             if checks and time.time() >= checks[0]:
                 checks.pop(0)
@@ -343,16 +376,10 @@ def _tree_rss(procs: list[psutil.Process]) -> int:
     return total
 
 
-def _per_call_us(call: Callable[[int], None], n: int, batch: int) -> float:
-    """Median µs per call over batches of ``batch`` calls, ``n`` calls in all."""
-    per: list[float] = []
-    i = 0
-    while i < n:
-        t = time.perf_counter()
-        for k in range(i, i + batch):
-            call(k)
-        per.append((time.perf_counter() - t) / batch * 1e6)
-        i += batch
+def _per_call_us(call: StepCall, n: int, batch: int) -> float:
+    """Median µs per call over batches of ``batch`` calls, ``n`` calls in all (steps from
+    1,000,000 on: none of the loop's)."""
+    per = [call.batched(1_000_000 + i, batch) / batch / 1000 for i in range(0, n, batch)]
     return statistics.median(per)
 
 
@@ -563,14 +590,16 @@ def _all_threads_cpu() -> dict[int, float]:
 def _measure(
     work: str,
     seconds: float,
-    mark: Callable[[int], None],
+    stmt: str,
+    names: dict[str, Any],
     procs: list[psutil.Process],
     before: set[int],
     batch: tuple[int, int],
 ) -> dict[str, Any]:
-    """Run workload ``work`` with ``mark`` as its step call; the CPU of ``procs`` and of the
-    threads started since ``before`` over the loop, the step call's cost."""
-    loop = Loop(mark)
+    """Run workload ``work`` with ``stmt`` as its step call (see :class:`StepCall`); the CPU
+    of ``procs`` and of the threads started since ``before`` over the loop, the step call's
+    cost."""
+    loop = Loop(stmt, names)
     c0: list[float] = []
     th0: dict[int, float] = {}
     cpu: list[float] = []
@@ -590,7 +619,7 @@ def _measure(
     t0, t1 = loop.t0, loop.t1
     calls = np.array(loop.call_ns) / 1000.0
     slow = calls > TARGET_STEP_P99_US
-    batched = _per_call_us(lambda i: mark(1_000_000 + i), batch[0], batch[1])
+    batched = _per_call_us(loop.step, batch[0], batch[1])
     return {
         "t0": t0,
         "t1": t1,
@@ -601,7 +630,8 @@ def _measure(
         "step_p99_us": float(np.percentile(calls, 99)),
         "step_slow": int(slow.sum()),
         "step_slow_preempted": int((slow & np.array(loop.call_preempted, dtype=bool)).sum()),
-        "step_empty_med_us": float(np.median(np.array(loop.empty_ns) / 1000.0)),
+        "step_empty_med_us": float(np.median(np.array(loop.floor_ns["empty"]) / 1000.0)),
+        "step_builtin_med_us": float(np.median(np.array(loop.floor_ns["builtin"]) / 1000.0)),
         "step_batched_us": batched,
         "truth": loop.truth,
         "spikes": loop.spikes,
@@ -624,8 +654,8 @@ def phase_wandb(work: str, interval: float, seconds: float, d: Path) -> dict[str
     me = os.getpid()
     monitor = [p for p in _tree(me) if p.pid != me]
     out = _measure(
-        work, seconds, lambda i: wandb.log({"loss": 1.0 / (i + 1)}, step=i), monitor, before,
-        (5000, 100),
+        work, seconds, 'wandb.log({"loss": 1.0 / (step + 1)}, step=step)', {"wandb": wandb},
+        monitor, before, (5000, 100),
     )  # fmt: skip
     run.finish()
     t, v = [], []
@@ -651,8 +681,8 @@ def phase_mlflow(work: str, interval: float, seconds: float, d: Path) -> dict[st
     with mlflow.start_run(log_system_metrics=True) as run:
         assert any(t.name == "SystemMetricsMonitor" for t in threading.enumerate())
         out = _measure(
-            work, seconds, lambda i: mlflow.log_metric("loss", 1.0 / (i + 1), step=i), [],
-            before, (60, 10),
+            work, seconds, 'mlflow.log_metric("loss", 1.0 / (step + 1), step=step)',
+            {"mlflow": mlflow}, [], before, (60, 10),
         )  # fmt: skip
     hist = MlflowClient(uri).get_metric_history(
         run.info.run_id, "system/system_memory_usage_megabytes"
@@ -677,8 +707,8 @@ def phase_tunescope(work: str, interval: float, seconds: float, d: Path) -> dict
     trial = ts.current_trial()
     assert trial is not None
     out = _measure(
-        work, seconds, lambda i: trial.log(step=i, loss=1.0 / (i + 1)), [sampler, wrapper],
-        before, (20_000, 1000),
+        work, seconds, "trial.log(step=step, loss=1.0 / (step + 1))", {"trial": trial},
+        [sampler, wrapper], before, (20_000, 1000),
     )  # fmt: skip
     out["wrapper_cpu_s"] = out["proc_cpu_s"][1]
     out["sampler_pid"] = sampler.pid
@@ -774,6 +804,7 @@ def _result(raw: dict[str, Any], interval: float) -> dict[str, Any]:
         "step_slow": raw["step_slow"],
         "step_slow_preempted": raw["step_slow_preempted"],
         "step_empty_med_us": raw["step_empty_med_us"],
+        "step_builtin_med_us": raw["step_builtin_med_us"],
         "step_batched_us": raw["step_batched_us"],
         "monitor_mib": raw["monitor_mib"],
         "workload_mib": raw["workload_mib"],
@@ -937,8 +968,14 @@ def table(res: Res) -> tuple[list[str], list[str]]:
         )
         row(
             work,
-            "an empty call in the same place, median µs (the floor)",
+            f"the floor: an empty call (`{FLOORS['empty']}`) in the same place, median µs",
             each(work, "step_empty_med_us", ".2f"),
+        )
+        row(
+            work,
+            f"the floor of a call with trial.log's keywords: the builtin `{FLOORS['builtin']}`"
+            " in the same place, median µs",
+            each(work, "step_builtin_med_us", ".2f"),
         )
         row(work, "step call batched, µs per call", each(work, "step_batched_us", ".2f"))
         row(work, "monitor processes' memory, MiB", each(work, "monitor_mib", ".1f"))
@@ -996,6 +1033,9 @@ def main() -> int:
         return child(tool, what, float(interval), float(seconds))
     if args.rounds < 3:
         ap.error("--rounds: at least 3")
+    least_a = SPIKE_EVERY_S / 2 + SPIKE_S + 1
+    if args.a_s < least_a:
+        ap.error(f"--a-s: at least {least_a:g} (A's first spike comes {SPIKE_EVERY_S / 2:g} s in)")
     seconds = {"A": args.a_s, "B": args.b_s, "F": args.f_s}
     started = time.perf_counter()
     res: Res = {}
@@ -1121,10 +1161,13 @@ its children; tunescope: the sampler and `tunescope run`'s wrapper; MLflow runs 
 psutil; the threads each tool started in the training process (W&B's and tunescope's I/O
 threads, MLflow's SystemMetricsMonitor) from `/proc/self/task/TID/stat`, shown apart. The
 step call (`wandb.log`, `mlflow.log_metric`, `trial.log`) timed one call at a time in the
-loop (median, p99) and, after the loop, in batches; a timed call the OS preempted (this
-thread's involuntary context switches, from `getrusage`, counted around it) is counted apart
-among those over {TARGET_STEP_P99_US:g} µs, since its time is another process's, not the
-tool's. Memory samples from each tool's own
+loop (median, p99) and, after the loop, in batches, with nothing but the statement as a user
+writes it between the two clock reads; on the steps between, in the same place, an empty call
+and a C builtin called with `trial.log`'s keywords (`{FLOORS["builtin"]}`) are timed the same
+way: the floors any call, and any call of that shape, pays there. A timed call the OS
+preempted (this thread's involuntary context switches, from `getrusage`, counted around it) is
+counted apart among those over {TARGET_STEP_P99_US:g} µs, since its time is another process's,
+not the tool's. Memory samples from each tool's own
 record, read back after the loop: W&B's `proc.memory.rssMB` (the training process's RSS) from
 the offline `.wandb` file, MLflow's `system/system_memory_usage_megabytes` (the host's memory,
 so other processes on the machine add noise), tunescope's `cpu.mem` (PSS of the tree) from the

@@ -383,6 +383,28 @@ def _one_line(err: str, needle: str) -> None:
     assert needle in lines[0], err
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("chdb:/tmp/x?database=a&meta=m.db", "chdb:/tmp/x?meta=m.db&database=a", True),
+        ("chdb:/tmp/x", "chdb:///tmp/x?database=tunescope", True),  # the default, spelt out
+        ("chdb:/tmp/y/../x", "chdb:/tmp/x", True),
+        ("chdb:/tmp/x?database=a", "chdb:/tmp/x?database=b", False),
+        ("chdb:/tmp/x", "chdb:/tmp/y", False),
+        ("clickhouse://h:8123/db", "clickhouse://H/db?cluster=c", True),
+        ("clickhouse://h/db", "clickhouses://h/db", False),  # 8123 and 8443
+        ("clickhouse://h/db", "clickhouse://h/other", False),
+        ("clickhouse://h/db", "chdb:/tmp/db", False),
+        ("chdb:/tmp/x?bogus=1", "chdb:/tmp/x", False),  # opening it says what is wrong
+    ],
+)
+def test_one_clickhouse_store_is_known_however_it_is_spelt(a: str, b: str, same: bool) -> None:
+    from tunescope.cli._migrate import _same_store
+
+    assert _same_store(a, b) is same
+    assert _same_store(b, a) is same
+
+
 def test_bad_input_is_one_line_and_writes_nothing(
     source: tuple[str, dict[str, Any], str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -51,7 +50,6 @@ from tunescope.store import (
     Store,
     TrialInfo,
     TrialSpec,
-    chdb_folder,
     check_url,
     display,
     file_id,
@@ -152,16 +150,27 @@ def migrate(
 
 def _same_store(a: str, b: str) -> bool:
     """Whether two URLs name one store: the same URL as shown, the same SQLite file, or the
-    same embedded ClickHouse folder and database."""
+    same ClickHouse database (the embedded engine's folder and database, a server's host,
+    port and database), however the URLs spell them (parameters in another order, a default
+    given or left out)."""
     if display(a) == display(b):
         return True
     fa, fb = file_id(a), file_id(b)
     if fa is not None and fa == fb:
         return True
-    if a.startswith("chdb:") and b.startswith("chdb:"):
-        (pa, qa), (pb, qb) = chdb_folder(a), chdb_folder(b)
-        ra, rb = (os.path.realpath(os.path.expanduser(x)) for x in (pa, pb))
-        return ra == rb and qa == qb
+    clickhouse = ("chdb:", "clickhouse://", "clickhouses://")
+    if a.lower().startswith(clickhouse) and b.lower().startswith(clickhouse):
+        from tunescope.store.clickhouse._url import Embedded, parse_url
+
+        try:
+            ta, tb = parse_url(a), parse_url(b)
+        except ConfigError:  # opening it says what is wrong, in its own words
+            return False
+        if isinstance(ta, Embedded) and isinstance(tb, Embedded):
+            return (ta.path, ta.database) == (tb.path, tb.database)
+        if isinstance(ta, Embedded) or isinstance(tb, Embedded):
+            return False
+        return (ta.host.lower(), ta.port, ta.database) == (tb.host.lower(), tb.port, tb.database)
     return False
 
 

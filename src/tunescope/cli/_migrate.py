@@ -160,7 +160,7 @@ def _same_store(a: str, b: str) -> bool:
         return True
     clickhouse = ("chdb:", "clickhouse://", "clickhouses://")
     if a.lower().startswith(clickhouse) and b.lower().startswith(clickhouse):
-        from tunescope.store.clickhouse._url import Embedded, parse_url
+        from tunescope.store.clickhouse import Embedded, parse_url
 
         try:
             ta, tb = parse_url(a), parse_url(b)

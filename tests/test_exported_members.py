@@ -77,6 +77,7 @@ PUBLIC = {
         "spool_root",
         "display",
         "file_id",
+        "same_store",
         "redact",
         "absolute_url",
         "token_digest",

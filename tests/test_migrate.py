@@ -23,7 +23,15 @@ from conftest import PG_URL, pg_schema
 from tunescope.analyze import compact_raw, findings_for_trial
 from tunescope.cli import main
 from tunescope.errors import NotFound
-from tunescope.store import Batch, SQLStore, TrialEnd, TrialSpec, new_key, open_store
+from tunescope.store import (
+    Batch,
+    SQLStore,
+    TrialEnd,
+    TrialSpec,
+    new_key,
+    open_store,
+    same_store,
+)
 from tunescope.store.clickhouse._chdb import ChdbTransport
 
 pytestmark = pytest.mark.usefixtures(chdb_engine.__name__)
@@ -399,10 +407,8 @@ def _one_line(err: str, needle: str) -> None:
     ],
 )
 def test_one_clickhouse_store_is_known_however_it_is_spelt(a: str, b: str, same: bool) -> None:
-    from tunescope.cli._migrate import _same_store
-
-    assert _same_store(a, b) is same
-    assert _same_store(b, a) is same
+    assert same_store(a, b) is same
+    assert same_store(b, a) is same
 
 
 def test_bad_input_is_one_line_and_writes_nothing(

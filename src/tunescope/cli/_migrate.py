@@ -52,9 +52,9 @@ from tunescope.store import (
     TrialSpec,
     check_url,
     display,
-    file_id,
     made_key,
     open_store,
+    same_store,
 )
 
 __all__ = ["BATCH_ITEMS", "migrate"]
@@ -123,7 +123,7 @@ def migrate(
                 f"{flag} {display(url)} is a tunescope server: migrate copies between databases "
                 "(SQLite, PostgreSQL, ClickHouse); give the URL of the store it serves"
             )
-    if _same_store(src_url, dst_url):
+    if same_store(src_url, dst_url):
         raise ConfigError(f"--from and --to name the same store ({display(src_url)})")
     try:
         src = open_store(src_url, create=False, readonly=True)
@@ -146,32 +146,6 @@ def migrate(
         finally:
             if dst is not None:
                 dst.close()
-
-
-def _same_store(a: str, b: str) -> bool:
-    """Whether two URLs name one store: the same URL as shown, the same SQLite file, or the
-    same ClickHouse database (the embedded engine's folder and database, a server's host,
-    port and database), however the URLs spell them (parameters in another order, a default
-    given or left out)."""
-    if display(a) == display(b):
-        return True
-    fa, fb = file_id(a), file_id(b)
-    if fa is not None and fa == fb:
-        return True
-    clickhouse = ("chdb:", "clickhouse://", "clickhouses://")
-    if a.lower().startswith(clickhouse) and b.lower().startswith(clickhouse):
-        from tunescope.store.clickhouse import Embedded, parse_url
-
-        try:
-            ta, tb = parse_url(a), parse_url(b)
-        except ConfigError:  # opening it says what is wrong, in its own words
-            return False
-        if isinstance(ta, Embedded) and isinstance(tb, Embedded):
-            return (ta.path, ta.database) == (tb.path, tb.database)
-        if isinstance(ta, Embedded) or isinstance(tb, Embedded):
-            return False
-        return (ta.host.lower(), ta.port, ta.database) == (tb.host.lower(), tb.port, tb.database)
-    return False
 
 
 def _open_target(url: str, dry_run: bool) -> Store | None:

@@ -43,6 +43,7 @@ from tunescope.store._url import (
     project_of,
     redact,
     resolve_url,
+    same_store,
 )
 from tunescope.store.produce._batch import (
     MAX_BATCH_BYTES,
@@ -124,6 +125,7 @@ __all__ = [
     "replay",
     "resolve_url",
     "run_and_trials",
+    "same_store",
     "spool_dir",
     "spool_root",
     "token_digest",

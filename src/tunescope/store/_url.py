@@ -32,6 +32,7 @@ __all__ = [
     "project_of",
     "redact",
     "resolve_url",
+    "same_store",
     "sqlite_url",
 ]
 
@@ -214,6 +215,32 @@ def file_id(url: str) -> str | None:
     except (OSError, ValueError):
         return None
     return f"{st.st_dev}:{st.st_ino}"
+
+
+def same_store(a: str, b: str) -> bool:
+    """Whether two store URLs name one store: the same URL as shown, the same SQLite file, or
+    the same ClickHouse database (the embedded engine's folder and database, a server's host,
+    port and database), however the URLs spell them (parameters in another order, a default
+    given or left out). A URL that does not parse names no store here: opening it says what
+    is wrong."""
+    if display(a) == display(b):
+        return True
+    fa, fb = file_id(a), file_id(b)
+    if fa is not None and fa == fb:
+        return True
+    if parse(a)[0] != "clickhouse" or parse(b)[0] != "clickhouse":
+        return False
+    from tunescope.store.clickhouse._url import Embedded, parse_url
+
+    try:
+        ta, tb = parse_url(a), parse_url(b)
+    except ConfigError:
+        return False
+    if isinstance(ta, Embedded) and isinstance(tb, Embedded):
+        return (ta.path, ta.database) == (tb.path, tb.database)
+    if isinstance(ta, Embedded) or isinstance(tb, Embedded):
+        return False
+    return (ta.host.lower(), ta.port, ta.database) == (tb.host.lower(), tb.port, tb.database)
 
 
 def display(url: str) -> str:
